@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite, on a real podman API service started for this run.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bash scripts/install.sh
+source scripts/podman-service.sh start
+trap 'podman_service_stop' EXIT
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+# pytest exit 5 means no tests ran: that is a failure here
+[ "$rc" -eq 5 ] && { echo "[test] no tests were collected" >&2; exit 1; }
+exit "$rc"

@@ -1,0 +1,1 @@
+"""Simulated expert-offload engine (stdlib only)."""

@@ -1,0 +1,2 @@
+import sys
+print("simengine placeholder", sys.argv)
