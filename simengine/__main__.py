@@ -1,2 +1,5 @@
 import sys
-print("simengine placeholder", sys.argv)
+
+from .cli import main
+
+sys.exit(main())

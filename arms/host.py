@@ -1,0 +1,109 @@
+"""The `Host` protocol: every side effect an arm needs, and nothing else.
+
+``arms/`` defines it and never imports podman, subprocess or psutil; ``host/`` implements it
+with podman-py against a real ``podman system service`` (``host.podman_host.PodmanHost``),
+and ``host.fake.FakeHost`` implements it in memory for unit tests. One contract suite
+(``tests/test_host_contract.py``) runs against both.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+LABEL_MANAGED = "tuner.managed"
+LABEL_CAMPAIGN = "tuner.campaign"
+LABEL_ARM = "tuner.arm"
+
+
+@dataclass(frozen=True)
+class BindMount:
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything the host needs to start one engine container (built from a Shape)."""
+
+    image: str                                  # "name@sha256:<digest>"
+    command: tuple[str, ...]                    # arguments after the image's entrypoint
+    name: str
+    env: tuple[tuple[str, str], ...] = ()
+    mounts: tuple[BindMount, ...] = ()
+    devices: tuple[str, ...] = ()               # CDI names or host device paths
+    labels: tuple[tuple[str, str], ...] = ()
+    network_mode: str = "host"
+    ipc_mode: str | None = None
+    ulimits: tuple[tuple[str, int, int], ...] = ()   # (name, soft, hard)
+    shm_size: str | None = None
+    group_add: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    status: str                  # "running", "exited", "created", "missing", ...
+    exit_code: int | None = None
+    oom_killed: bool = False
+    pid: int | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def exited(self) -> bool:
+        return self.status in ("exited", "stopped", "missing", "dead")
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    ref: str                     # digest reference to boot: repo@sha256:...
+    digest: str                  # sha256:...
+    image_id: str
+    tags: tuple[str, ...] = ()
+
+
+@dataclass
+class LogFollower:
+    """Handle of a background log copy; ``path`` grows while the container runs."""
+
+    path: Path
+    stop: object = field(default=None, repr=False)   # callable stopping the copy, set by the host
+
+    def text(self) -> str:
+        try:
+            return self.path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+@runtime_checkable
+class Host(Protocol):
+    def resolve_image(self, ref: str) -> ImageInfo:
+        """Digest reference for an image given by tag or digest; HostError if not present."""
+
+    def start(self, spec: ContainerSpec) -> str:
+        """Create and start a container; returns its id. HostError on refusal."""
+
+    def follow_logs(self, cid: str, path: Path) -> LogFollower:
+        """Copy the container's combined output into ``path`` until it exits."""
+
+    def state(self, cid: str) -> ContainerState:
+        """Current state; status "missing" when the container no longer exists."""
+
+    def wait(self, cid: str, timeout: float) -> ContainerState:
+        """Block until the container exits or ``timeout`` seconds pass; returns the state."""
+
+    def kill(self, cid: str, signal: str = "SIGKILL") -> None:
+        """Send a signal to the container's main process."""
+
+    def copy_out(self, cid: str, src: str, dest: Path) -> list[Path]:
+        """Copy a file or directory out of the container into the folder ``dest``."""
+
+    def remove(self, cid: str) -> None:
+        """Remove the container, killing it if needed; a missing container is not an error."""
+
+    def list_managed(self, labels: dict[str, str] | None = None) -> list[tuple[str, dict[str, str]]]:
+        """(id, labels) of every container of this tool, optionally filtered by more labels."""

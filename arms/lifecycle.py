@@ -1,0 +1,105 @@
+"""One engine container's life: spec from a Shape, start, follow logs, wait ready, always remove.
+
+``booted(...)`` is the context manager every arm goes through (vLLM benchmarks/sweep style):
+whatever happens inside — an exception, KeyboardInterrupt, SystemExit from SIGTERM — the
+container is removed on the way out. ``sweep_orphans`` removes containers a crashed run left.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .argv import render_argv, render_env
+from .host import (LABEL_ARM, LABEL_CAMPAIGN, LABEL_MANAGED, BindMount, ContainerSpec, Host,
+                   LogFollower)
+from .readiness import ReadinessProbe, ReadyResult, wait_ready
+from .shape import Shape
+
+log = logging.getLogger("tuner.arms.lifecycle")
+
+UNLIMITED = 2 ** 64 - 1
+
+
+def container_name(campaign: str, arm: int | str) -> str:
+    safe = re.sub(r"[^a-zA-Z0-9_.-]+", "-", campaign).strip("-") or "campaign"
+    return f"tuner-{safe}-arm{arm}"
+
+
+def container_spec(shape: Shape, *, campaign: str, arm: int | str, style: str = "vllm",
+                   port_flag: str | None = "--port", extra_env: dict[str, str] | None = None,
+                   extra_mounts: tuple[BindMount, ...] = ()) -> ContainerSpec:
+    """Pure: the podman container for one shape, with the tool's labels."""
+    argv = render_argv(shape, style=style)
+    if port_flag and port_flag not in argv:
+        argv += [port_flag, str(shape.port)]
+    env = {**render_env(shape), **(extra_env or {})}
+    opts = dict(shape.options)
+    ulimits = []
+    for name, val in dict(opts.get("ulimits") or {}).items():
+        n = UNLIMITED if val in (-1, "-1", "unlimited") else int(val)
+        ulimits.append((str(name), n, n))
+    mounts = tuple(BindMount(m.source, m.target, m.read_only) for m in shape.mounts) + tuple(extra_mounts)
+    return ContainerSpec(
+        image=shape.image, command=tuple(argv), name=container_name(campaign, arm),
+        env=tuple(sorted(env.items())), mounts=mounts, devices=tuple(shape.devices),
+        labels=((LABEL_MANAGED, "1"), (LABEL_CAMPAIGN, campaign), (LABEL_ARM, str(arm))),
+        network_mode=str(opts.get("network", "host")), ipc_mode=opts.get("ipc"),
+        ulimits=tuple(ulimits), shm_size=opts.get("shm_size"),
+        group_add=tuple(opts.get("group_add") or ()),
+    )
+
+
+@dataclass
+class Booted:
+    cid: str
+    spec: ContainerSpec
+    base_url: str
+    logs: LogFollower
+    ready: ReadyResult
+    started_at: float
+
+
+def sweep_orphans(host: Host, campaign: str | None = None) -> list[str]:
+    """Remove every container of this tool (of one campaign, when named); returns their ids."""
+    labels = {LABEL_CAMPAIGN: campaign} if campaign else None
+    removed = []
+    for cid, lab in host.list_managed(labels):
+        log.warning("[sweep] removing orphan container %s (campaign %s, arm %s)", cid[:12],
+                    lab.get(LABEL_CAMPAIGN), lab.get(LABEL_ARM))
+        host.remove(cid)
+        removed.append(cid)
+    return removed
+
+
+@contextlib.contextmanager
+def booted(host: Host, spec: ContainerSpec, *, log_path: Path, port: int, model: str | None = None,
+           probe: ReadinessProbe = ReadinessProbe(), timeout_s: float = 1200.0, hang_s: float = 600.0,
+           poll_s: float = 1.0, tag: str = "arm") -> Iterator[Booted]:
+    """Start ``spec``, wait until ready (or dead), yield, and always remove the container."""
+    t0 = time.monotonic()
+    cid = host.start(spec)
+    follower = None
+    try:
+        follower = host.follow_logs(cid, log_path)
+        log.info("[%s BOOT] %s started as %s", tag, spec.name, cid[:12])
+        ready = wait_ready(host, cid, f"http://127.0.0.1:{port}", follower, probe=probe, model=model,
+                           timeout_s=timeout_s, hang_s=hang_s, poll_s=poll_s)
+        log.info("[%s READY %s] after %.1f s (%s)", tag, ready.outcome, ready.seconds, ready.detail)
+        if ready.outcome == "exited" and callable(follower.stop):
+            follower.stop(5.0)      # the stream ends with the container: let the file catch up
+        yield Booted(cid=cid, spec=spec, base_url=f"http://127.0.0.1:{port}", logs=follower, ready=ready,
+                     started_at=t0)
+    finally:
+        try:
+            if follower is not None and callable(follower.stop) and host.state(cid).exited:
+                follower.stop(5.0)
+            host.remove(cid)
+            log.info("[%s TEARDOWN] removed %s", tag, cid[:12])
+        finally:
+            if follower is not None and callable(follower.stop):
+                follower.stop(2.0)

@@ -1,0 +1,93 @@
+"""Readiness: the health endpoint answers AND a tiny real completion returns text.
+
+A 200 from /health alone is not readiness (seed 004: servers answer health while unable to
+serve). The wait ends early when the container dies (its exit code is the evidence), when the
+boot log stops growing for ``hang_s`` (a hang), or at ``timeout_s`` (a boot timeout). Clock and
+sleep are parameters so tests control time.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import httpx
+
+from .host import ContainerState, Host, LogFollower
+
+
+@dataclass(frozen=True)
+class ReadyResult:
+    outcome: str                  # "ready" | "exited" | "boot-timeout" | "hang"
+    seconds: float                # from start of the wait to the outcome
+    state: ContainerState | None = None
+    detail: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.outcome == "ready"
+
+
+@dataclass(frozen=True)
+class ReadinessProbe:
+    health_path: str = "/health"
+    completion_path: str = "/v1/completions"
+    prompt: str = "Hello"
+    max_tokens: int = 4
+    text_key: str = "text"        # choices[0][text_key] must be non-empty
+
+
+def probe_once(client: httpx.Client, base_url: str, probe: ReadinessProbe, model: str | None) -> tuple[bool, str]:
+    """One readiness check; (ready, what was seen)."""
+    try:
+        r = client.get(base_url + probe.health_path)
+    except httpx.HTTPError as e:
+        return False, f"health: {type(e).__name__}"
+    if r.status_code != 200:
+        return False, f"health: {r.status_code}"
+    body = {"prompt": probe.prompt, "max_tokens": probe.max_tokens, "temperature": 0}
+    if model:
+        body["model"] = model
+    try:
+        c = client.post(base_url + probe.completion_path, json=body)
+    except httpx.HTTPError as e:
+        return False, f"completion: {type(e).__name__}"
+    if c.status_code != 200:
+        return False, f"completion: {c.status_code}"
+    try:
+        text = c.json()["choices"][0].get(probe.text_key) or ""
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False, "completion: malformed body"
+    return (bool(text), "completion: text" if text else "completion: empty text")
+
+
+def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
+               probe: ReadinessProbe = ReadinessProbe(), model: str | None = None,
+               timeout_s: float = 1200.0, hang_s: float = 600.0, poll_s: float = 1.0,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+               http: httpx.Client | None = None) -> ReadyResult:
+    t0 = clock()
+    last_size, last_growth = -1, t0
+    seen = ""
+    client = http or httpx.Client(timeout=httpx.Timeout(10.0, connect=2.0))
+    try:
+        while True:
+            now = clock()
+            st = host.state(cid)
+            if st.exited:
+                return ReadyResult("exited", now - t0, st, f"container exited with code {st.exit_code}")
+            ok, seen = probe_once(client, base_url, probe, model)
+            if ok:
+                return ReadyResult("ready", clock() - t0, st, seen)
+            size = logs.path.stat().st_size if logs.path.exists() else 0
+            if size != last_size:
+                last_size, last_growth = size, now
+            if now - t0 >= timeout_s:
+                return ReadyResult("boot-timeout", now - t0, st, f"not ready after {timeout_s:.0f} s ({seen})")
+            if now - last_growth >= hang_s:
+                return ReadyResult("hang", now - t0, st,
+                                   f"boot log silent for {now - last_growth:.0f} s and not ready ({seen})")
+            sleep(poll_s)
+    finally:
+        if http is None:
+            client.close()

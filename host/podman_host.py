@@ -1,0 +1,214 @@
+"""The real `Host`: podman-py against a `podman system service` socket (rootful or rootless).
+
+The socket comes from the campaign's ``podman:`` key, else ``CONTAINER_HOST``, else podman-py's
+default (``$XDG_RUNTIME_DIR/podman/podman.sock``). The client carries no global timeout: an
+idle followed log stream must not raise (podman-py applies the client timeout to every read).
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import tarfile
+import threading
+from pathlib import Path
+
+from arms.errors import ConfigError, HostError
+from arms.host import LABEL_MANAGED, ContainerSpec, ContainerState, ImageInfo, LogFollower
+
+log = logging.getLogger("tuner.host.podman")
+
+
+def socket_url(explicit: str | None = None) -> str | None:
+    return explicit or os.environ.get("CONTAINER_HOST") or None
+
+
+class PodmanHost:
+    def __init__(self, url: str | None = None):
+        from podman import PodmanClient
+
+        self.url = socket_url(url)
+        try:
+            self.client = PodmanClient(base_url=self.url) if self.url else PodmanClient()
+            self.client.ping()
+        except Exception as e:  # noqa: BLE001 - any failure here means "no service"
+            where = self.url or "the default podman socket"
+            raise ConfigError(
+                f"podman API service at {where} does not answer ({type(e).__name__}); start one with "
+                "`podman system service --time=0 unix:///PATH/podman.sock` and set CONTAINER_HOST or `podman:`"
+            ) from None
+
+    # -- images --------------------------------------------------------------------------
+    def resolve_image(self, ref: str) -> ImageInfo:
+        from podman.errors import ImageNotFound
+
+        try:
+            img = self.client.images.get(ref)
+        except ImageNotFound:
+            raise HostError(f"image {ref} is not present on this host; pull or build it first "
+                            f"(`podman pull {ref}`)") from None
+        digest = img.attrs.get("Digest") or ""
+        repo = ref.split("@", 1)[0]
+        if ":" in repo.rsplit("/", 1)[-1]:
+            repo = repo.rsplit(":", 1)[0]
+        pinned = None
+        for rd in img.attrs.get("RepoDigests") or []:
+            if rd.split("@", 1)[0] == repo:
+                pinned = rd
+                break
+        if "@sha256:" in ref:
+            pinned = ref
+            digest = ref.split("@", 1)[1]
+        if pinned is None:
+            if not digest:
+                raise HostError(f"image {ref} has no digest; push or re-tag it so podman records one")
+            pinned = f"{repo}@{digest}"
+        return ImageInfo(ref=pinned, digest=digest, image_id=img.id, tags=tuple(img.tags))
+
+    # -- containers ----------------------------------------------------------------------
+    def start(self, spec: ContainerSpec) -> str:
+        from podman.errors import APIError, ImageNotFound
+
+        kwargs = dict(
+            command=list(spec.command), name=spec.name, environment=dict(spec.env),
+            labels=dict(spec.labels), network_mode=spec.network_mode,
+            mounts=[{"type": "bind", "source": m.source, "target": m.target, "read_only": m.read_only}
+                    for m in spec.mounts],
+            log_config={"Type": "k8s-file"},
+        )
+        if spec.devices:
+            kwargs["devices"] = list(spec.devices)
+        if spec.ipc_mode:
+            kwargs["ipc_mode"] = spec.ipc_mode
+        if spec.ulimits:
+            kwargs["ulimits"] = [{"Name": n, "Soft": s, "Hard": h} for n, s, h in spec.ulimits]
+        if spec.shm_size:
+            kwargs["shm_size"] = spec.shm_size
+        if spec.group_add:
+            kwargs["group_add"] = list(spec.group_add)
+        try:
+            ctr = self.client.containers.create(spec.image, **kwargs)
+        except ImageNotFound:
+            raise HostError(f"image {spec.image} is not present on this host") from None
+        except APIError as e:
+            raise HostError(f"podman refused to create {spec.name}: {e.explanation or e}") from None
+        try:
+            ctr.start()
+        except APIError as e:
+            self.remove(ctr.id)
+            raise HostError(f"podman could not start {spec.name}: {e.explanation or e}") from None
+        log.debug("started %s (%s)", spec.name, ctr.id[:12])
+        return ctr.id
+
+    def _get(self, cid: str):
+        from podman.errors import NotFound
+
+        try:
+            return self.client.containers.get(cid)
+        except NotFound:
+            return None
+
+    def follow_logs(self, cid: str, path: Path) -> LogFollower:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stop = threading.Event()
+        ctr = self._get(cid)
+
+        def pump() -> None:
+            with open(path, "ab", buffering=0) as f:
+                if ctr is None:
+                    return
+                try:
+                    for frame in ctr.logs(stream=True, follow=True):
+                        f.write(frame if frame.endswith(b"\n") else frame + b"\n")
+                        if stop.is_set():
+                            break
+                except Exception as e:  # noqa: BLE001 - the stream ends when the container goes
+                    log.debug("log stream of %s ended: %s", cid[:12], e)
+
+        t = threading.Thread(target=pump, name=f"logs-{cid[:12]}", daemon=True)
+        t.start()
+
+        def _stop(timeout: float = 2.0) -> None:
+            stop.set()
+            t.join(timeout)
+
+        return LogFollower(path=path, stop=_stop)
+
+    def state(self, cid: str) -> ContainerState:
+        ctr = self._get(cid)
+        if ctr is None:
+            return ContainerState(status="missing")
+        st = ctr.attrs.get("State") or {}
+        if isinstance(st, str):   # sparse list() objects carry a string
+            ctr.reload()
+            st = ctr.attrs.get("State") or {}
+        status = str(st.get("Status", "unknown")).lower()
+        code = st.get("ExitCode")
+        return ContainerState(status=status, exit_code=int(code) if code is not None and status != "running" else None,
+                              oom_killed=bool(st.get("OOMKilled")), pid=st.get("Pid") or None)
+
+    def wait(self, cid: str, timeout: float) -> ContainerState:
+        from podman.errors import APIError
+
+        ctr = self._get(cid)
+        if ctr is None:
+            return ContainerState(status="missing")
+        try:
+            ctr.wait(condition=["exited", "stopped"], timeout=max(1, int(timeout)))
+        except APIError:
+            pass    # timed out: the state says it is still running
+        return self.state(cid)
+
+    def kill(self, cid: str, signal: str = "SIGKILL") -> None:
+        from podman.errors import APIError
+
+        ctr = self._get(cid)
+        if ctr is not None:
+            try:
+                ctr.kill(signal=signal)
+            except APIError as e:
+                log.debug("kill %s: %s", cid[:12], e)
+
+    def copy_out(self, cid: str, src: str, dest: Path) -> list[Path]:
+        from podman.errors import APIError, NotFound
+
+        ctr = self._get(cid)
+        if ctr is None:
+            raise HostError(f"container {cid[:12]} is gone; cannot copy {src} out of it")
+        try:
+            chunks, _stat = ctr.get_archive(src)
+        except (NotFound, APIError) as e:
+            raise HostError(f"{src} not found in container {cid[:12]}: {getattr(e, 'explanation', e)}") from None
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        out = []
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tf:
+            for m in tf.getmembers():
+                if not m.isfile():
+                    continue
+                name = Path(m.name)
+                if name.is_absolute() or ".." in name.parts:
+                    continue
+                target = dest / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tf.extractfile(m).read())
+                out.append(target)
+        return out
+
+    def remove(self, cid: str) -> None:
+        from podman.errors import APIError, NotFound
+
+        ctr = self._get(cid)
+        if ctr is None:
+            return
+        try:
+            ctr.remove(force=True)
+        except NotFound:
+            pass
+        except APIError as e:
+            raise HostError(f"podman could not remove {cid[:12]}: {e.explanation or e}") from None
+
+    def list_managed(self, labels: dict[str, str] | None = None) -> list[tuple[str, dict[str, str]]]:
+        filters = [f"label={LABEL_MANAGED}=1"] + [f"label={k}={v}" for k, v in (labels or {}).items()]
+        return [(c.id, dict(c.labels or {})) for c in self.client.containers.list(all=True, filters=filters)]
