@@ -70,7 +70,7 @@ class LogFollower:
     """Handle of a background log copy; ``path`` grows while the container runs."""
 
     path: Path
-    stop: object = field(default=None, repr=False)   # callable stopping the copy, set by the host
+    stop: object = field(default=None, repr=False)   # callable(timeout): wait for the copy to end
 
     def text(self) -> str:
         try:

@@ -111,7 +111,6 @@ class PodmanHost:
     def follow_logs(self, cid: str, path: Path) -> LogFollower:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        stop = threading.Event()
         ctr = self._get(cid)
 
         def pump() -> None:
@@ -121,8 +120,6 @@ class PodmanHost:
                 try:
                     for frame in ctr.logs(stream=True, follow=True):
                         f.write(frame if frame.endswith(b"\n") else frame + b"\n")
-                        if stop.is_set():
-                            break
                 except Exception as e:  # noqa: BLE001 - the stream ends when the container goes
                     log.debug("log stream of %s ended: %s", cid[:12], e)
 
@@ -130,8 +127,7 @@ class PodmanHost:
         t.start()
 
         def _stop(timeout: float = 2.0) -> None:
-            stop.set()
-            t.join(timeout)
+            t.join(timeout)      # the stream ends when the container exits or is removed
 
         return LogFollower(path=path, stop=_stop)
 

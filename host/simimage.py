@@ -9,7 +9,6 @@ inputs so an unchanged tree is never rebuilt, and addressed by digest everywhere
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import re
@@ -17,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +75,7 @@ def input_files() -> list[tuple[str, Path]]:
 
 def input_hash() -> str:
     h = hashlib.sha256(sys.version.encode())
+    h.update(Path(__file__).read_bytes())          # the recipe itself
     for dest, src in input_files():
         h.update(dest.encode())
         h.update(src.read_bytes())
@@ -86,7 +85,7 @@ def input_hash() -> str:
 def _build_rootfs(root: Path) -> None:
     exe = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    dynload = Path(sysconfig.get_paths()["platstdlib"]) / "lib-dynload"
+    dynload = stdlib / "lib-dynload"
     _copy(exe, root, "/usr/local/bin/python3")
     libs = set(_ldd(exe))
     for so in sorted(dynload.glob("*.so")):
@@ -113,10 +112,10 @@ def _build_rootfs(root: Path) -> None:
 
 CONTAINERFILE = """FROM scratch
 COPY rootfs/ /
-ENV PYTHONPATH=/opt/simengine PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/usr/local/bin:/usr/bin:/bin
+ENV HOME=/root PYTHONPATH=/opt/simengine PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/usr/local/bin:/usr/bin:/bin
 LABEL org.opencontainers.image.title=offload-tuner-simengine tuner.input-hash={h}
-ENTRYPOINT ["/usr/local/bin/python3", "-m", "simengine"]
-CMD ["serve", "/models/sim"]
+ENTRYPOINT ["/usr/local/bin/python3", "-m", "simengine", "serve"]
+CMD ["/models/sim"]
 """
 
 
@@ -147,18 +146,9 @@ def ensure_image(client, rebuild: bool = False) -> SimImage:
             )
         img = client.images.get(tag)
         built = True
+    img.tag(REPO, "latest")        # campaign files may name the tag; `check` pins the digest
     digest = img.attrs.get("Digest")
     if not digest:
         raise RuntimeError(f"image {tag} has no digest; rebuild it with `tuner image --rebuild`")
     return SimImage(ref=f"{REPO}@{digest}", image_id=img.id, tag=tag, built=built,
                     size_bytes=int(img.attrs.get("Size") or 0))
-
-
-def rootfs_tar_bytes() -> bytes:
-    """The root filesystem as a tar (used by benchmarks that measure the image's size)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        _build_rootfs(Path(tmp) / "r")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tf:
-            tf.add(Path(tmp) / "r", arcname=".")
-        return buf.getvalue()

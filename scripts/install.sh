@@ -7,7 +7,11 @@ py="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e ".[test,report]" 2>&1 | grep -v '^WARNING: Location' || true
+mkdir -p .run
+if ! .venv/bin/python -m pip install -q -e ".[test,report]" >.run/pip-install.log 2>&1; then
+  echo "[setup] pip install failed; its log:" >&2
+  tail -30 .run/pip-install.log >&2
+  exit 1
+fi
 .venv/bin/python -c "import podman, optuna, httpx, pandas, yaml, psutil, pytest" \
   || { echo "[setup] python dependencies failed to install" >&2; exit 1; }

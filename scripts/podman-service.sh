@@ -26,7 +26,7 @@ _tuner_write_conf() {
   [ "$hn" = unlimited ] && hn=65536
   [ "$hu" = unlimited ] && hu=65536
   [ "$hn" -gt 65536 ] && hn=65536
-  [ "$hu" -gt 65536 ] && hu=65536
+  [ "$hu" -gt 16384 ] && hu=16384   # podman itself runs under a lower nproc cap
   cat > "$_tuner_run/containers.conf" <<CONF
 # written by scripts/podman-service.sh for the tuner's own podman service
 [containers]

@@ -34,6 +34,7 @@ class Boot:
         log("Traceback (most recent call last):", level="ERROR", where="core.py:708")
         log('  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 699, in run_engine_core',
             level="ERROR", where="core.py:708")
+        log("    engine_core = EngineCoreProc(*args, **kwargs)", level="ERROR", where="core.py:708")
         for line in failure.lines:
             log(line, level="ERROR", where="core.py:708")
         self.log.api("RuntimeError: Engine core initialization failed. See root cause above. "
@@ -77,7 +78,8 @@ class Boot:
     def _compile(self) -> float:
         ns = self.ns
         key = planner.compile_key(self.values, self.land.get("name", "landscape"))
-        root = Path(self.env.get("VLLM_CACHE_ROOT") or os.path.expanduser("~/.cache/vllm"))
+        home = self.env.get("HOME") or "/root"
+        root = Path(self.env.get("VLLM_CACHE_ROOT") or os.path.join(home, ".cache", "vllm"))
         cdir = root / "torch_compile_cache" / key / "rank_0_0" / "backbone"
         self.log(f"Using cache directory: {cdir}", where="backends.py:540")
         crange = f"(1, {ns.max_num_batched_tokens})"
@@ -112,7 +114,7 @@ class Boot:
         ns, log = self.ns, self.log
         log.api("vLLM API server version 0.29.0.dev0+sim")
         log.api(f"non-default args: {self.nda}", where="utils.py:278")
-        server = start_server(ns.host, ns.port, log=lambda m: log.api(m, where="logger.py:70"))
+        server = start_server(ns.host, ns.port, log=log.raw)
         signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
         plan = planner.make_plan(self.land, self.values)
         tp = ns.tensor_parallel_size

@@ -33,6 +33,10 @@ class Log:
         self.out.write(f"({proc} pid={pid}) {level} {ts} [{where}] {msg}\n")
         self.out.flush()
 
+    def raw(self, line: str) -> None:
+        self.out.write(line.rstrip("\n") + "\n")
+        self.out.flush()
+
     def api(self, msg: str, where: str = "api_server.py:1351"):
         self(msg, proc="APIServer", where=where)
 
@@ -51,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     p.add_argument("--max-model-len", type=int, default=32768)
-    p.add_argument("--max-num-seqs", type=int, default=4)
+    p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-num-batched-tokens", type=int, default=1024)
     p.add_argument("--gpu-memory-utilization", "--device-memory-utilization", type=float, default=0.92)
     p.add_argument("--kv-cache-memory-bytes", type=int, default=None)
@@ -138,12 +142,21 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     ts = _env_float(env, "SIMENGINE_TIME_SCALE", float(land.get("time_scale", 1.0)))
     land.data["decode_scale"] = _env_float(env, "SIMENGINE_DECODE_SCALE", float(land.get("decode_scale", 1.0)))
     noise = _env_float(env, "SIMENGINE_NOISE", float(land.get("noise_sigma", 0.0)))
+    fault = env.get("SIMENGINE_FAULT") or None
+    from .server import FAULTS
+
+    if fault is not None and fault not in FAULTS:
+        print(f"simengine: error: SIMENGINE_FAULT={fault!r} is not one of {', '.join(sorted(FAULTS))}", file=sys.stderr)
+        return 2
     values = shape_values(ns, parser, env)
     ignored = {str(f) for f in land.get("ignored_flags", [])}
     for f in ignored:                      # the engine accepts these flags and silently drops them
         values[f] = None
     nda = non_default_args(ns, parser, ignored)
-    return Boot(land, ns, values, nda, env=env, time_scale=ts, noise_sigma=noise, log=Log()).run()
+    code = Boot(land, ns, values, nda, env=env, time_scale=ts, noise_sigma=noise, log=Log()).run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)      # like a dying engine core: no interpreter teardown under serving threads
 
 
 __all__ = ["main", "build_parser", "known_flags", "ABSENT"]

@@ -1,0 +1,100 @@
+"""Shape -> engine command line and environment: pure functions, tested with a table.
+
+    render_argv(shape, "vllm")      [model, --flag value, ...] in the shape's order
+    render_argv(shape, "llamacpp")  [-m, model, --flag value, ...]
+    render_env(shape)               the container's env vars
+    redact_env / redact_argv        the same with secrets replaced by ***, for the disk
+
+Rules for one arg (name, value):
+    True            --name            (llama.cpp on/off toggles: --name on)
+    False           vllm: --no-name   llama.cpp: left out (toggles: --name off)
+    dict            --name '{"k":"v"}'  compact JSON, key order kept
+    list            vllm: JSON        llama.cpp: comma-joined (--tensor-split 3,1)
+    number          as written: 0.98, 2147483648; an integral float loses its ".0"
+    string          as is
+A one-letter name renders with one dash (-c 8192); others with two.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from arms.errors import ConfigError
+from arms.shape import Shape, format_value
+
+__all__ = ["REDACTED", "STYLES", "VALUE_TOGGLES", "is_secret", "redact_argv", "redact_env", "render_argv", "render_env"]
+
+STYLES = ("vllm", "llamacpp")
+
+# Bool args whose flag takes a word instead of standing alone: name -> (true, false).
+VALUE_TOGGLES: Mapping[str, Mapping[str, tuple[str, str]]] = {
+    "vllm": {},
+    "llamacpp": {"flash-attn": ("on", "off"), "fit": ("on", "off")},
+}
+
+# A secret-looking name: TOKEN, KEY, SECRET, PASSWORD, PASSWD as a word ending (HF_TOKEN,
+# API_KEY, --hf-token, NGROK_AUTHTOKEN) but not running on into more letters, so that the
+# tuned R4D_LRU_UVA_TOKENS, TOKENIZERS_PARALLELISM and --max-num-batched-tokens stay readable.
+_SECRET = re.compile(r"(HF_TOKEN|TOKEN|KEY|SECRET|PASSWORD|PASSWD)(?![A-Za-z])", re.IGNORECASE)
+REDACTED = "***"
+
+
+def _flag(name: str) -> str:
+    return ("-" if len(name) == 1 else "--") + name
+
+
+def _render_arg(name: str, value: Any, style: str) -> list[str]:
+    if isinstance(value, bool):
+        toggle = VALUE_TOGGLES[style].get(name)
+        if toggle is not None:
+            return [_flag(name), toggle[0] if value else toggle[1]]
+        if value:
+            return [_flag(name)]
+        return ["--no-" + name] if style == "vllm" else []
+    if style == "llamacpp" and isinstance(value, (list, tuple)):
+        return [_flag(name), ",".join(format_value(v) for v in value)]
+    return [_flag(name), format_value(value)]
+
+
+def render_argv(shape: Shape, style: str = "vllm") -> list[str]:
+    """The engine's arguments (after the entrypoint) for one shape."""
+    if style not in STYLES:
+        raise ConfigError(f"argv style {style!r} is unknown; use one of {', '.join(STYLES)}")
+    argv = [shape.model] if style == "vllm" else ["-m", shape.model]
+    for name, value in shape.args:
+        argv.extend(_render_arg(name, value, style))
+    return argv
+
+
+def render_env(shape: Shape) -> dict[str, str]:
+    return dict(shape.env)
+
+
+def is_secret(name: str) -> bool:
+    return _SECRET.search(name) is not None
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of env with the values of secret-looking names replaced by ***."""
+    return {k: (REDACTED if is_secret(k) else v) for k, v in env.items()}
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A copy of argv with the value after a secret-looking flag (--hf-token X,
+    --api-key=X) replaced by ***."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next and not arg.startswith("--"):
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        hide_next = False
+        if arg.startswith("-") and is_secret(arg.split("=", 1)[0]):
+            if "=" in arg:
+                arg = arg.split("=", 1)[0] + "=" + REDACTED
+            else:
+                hide_next = True
+        out.append(arg)
+    return out

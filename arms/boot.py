@@ -1,0 +1,114 @@
+"""Boot one arm: start the shape's container, wait until ready or dead, explain the boot
+from the engine's own log, check that each changed flag landed, and always tear down.
+
+``boot_arm`` is a context manager: the measurement of an arm happens inside it, while the
+engine is up; on the way out the container is removed whatever happened.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from .bootlog import BootReport, parse_boot_log
+from .flags import flags_not_applied
+from .host import Host
+from .lifecycle import Booted, booted, container_spec
+from .profiles import EngineProfile
+from .readiness import ReadinessProbe
+from .shape import ABSENT, Shape
+
+log = logging.getLogger("tuner.arms.boot")
+
+
+@dataclass(frozen=True)
+class BootLimits:
+    timeout_s: float = 1200.0
+    hang_s: float = 600.0
+    poll_s: float = 1.0
+
+
+@dataclass
+class BootResult:
+    arm: str
+    shape: Shape
+    report: BootReport
+    boot_s: float                      # container start to ready (or to the failure)
+    log_path: Path
+    not_applied: list[str] = field(default_factory=list)   # changed flags the engine did not take
+
+    @property
+    def ready(self) -> bool:
+        return self.report.outcome == "ready"
+
+    @property
+    def outcome(self) -> str:
+        """The arm's boot verdict: ready, flag-not-applied, or the failure class."""
+        if self.ready and self.not_applied:
+            return "flag-not-applied"
+        return self.report.outcome
+
+    def to_dict(self) -> dict:
+        return {"arm": self.arm, "outcome": self.outcome, "boot_s": round(self.boot_s, 3),
+                "log": str(self.log_path), "flags_not_applied": list(self.not_applied),
+                "shape": self.shape.to_dict(), "report": self.report.to_dict()}
+
+
+def probe_for(profile: EngineProfile) -> ReadinessProbe:
+    return ReadinessProbe(health_path=profile.health_path, completion_path=profile.completion_path)
+
+
+def changed_flags(shape: Shape, changes: dict) -> dict:
+    """{flag: value or None} for the flag levers among ``changes`` (env levers are not in argv)."""
+    out = {}
+    for name in changes:
+        if str(name).startswith("env."):
+            continue
+        v = shape.value_of(name)
+        out[name] = None if v is ABSENT else v
+    return out
+
+
+@contextlib.contextmanager
+def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str, arm: str | int,
+             folder: Path, changes: dict | None = None, limits: BootLimits = BootLimits(),
+             extra_env: dict[str, str] | None = None) -> Iterator[tuple[BootResult, Booted]]:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = container_spec(shape, campaign=campaign, arm=arm, style=profile.family, extra_env=extra_env)
+    tag = f"arm {arm}"
+    with booted(host, spec, log_path=folder / "boot.log", port=shape.port, probe=probe_for(profile),
+                timeout_s=limits.timeout_s, hang_s=limits.hang_s, poll_s=limits.poll_s, tag=tag) as b:
+        st = b.ready.state
+        if b.ready.outcome == "exited" or (st is not None and st.exited):
+            st = host.state(b.cid)
+        hint = b.ready.outcome if b.ready.outcome in ("boot-timeout", "hang") else None
+        text = b.logs.text()
+        deadline = time.monotonic() + 3.0
+        while b.ready.ready and not profile.ready_pattern.search(text) and time.monotonic() < deadline:
+            time.sleep(0.05)          # the log copy trails the server by a few lines
+            text = b.logs.text()
+        report = parse_boot_log(text, profile, exit_code=st.exit_code if st and st.exited else None,
+                                oom_killed=bool(st and st.oom_killed), outcome_hint=hint)
+        if b.ready.ready and not report.ready:
+            # the server answers and completes: the log format is unfamiliar, not a failure
+            report = _as_ready(report)
+        not_applied = flags_not_applied(changed_flags(shape, changes or {}), report.non_default_args) \
+            if report.ready and report.non_default_args_raw is not None else []
+        result = BootResult(arm=str(arm), shape=shape, report=report, boot_s=b.ready.seconds,
+                            log_path=folder / "boot.log", not_applied=not_applied)
+        (folder / "boot.json").write_text(json.dumps(result.to_dict(), indent=1, default=str))
+        verdict = result.outcome
+        log.info("[%s BOOT %s] in %.1f s%s", tag, verdict, result.boot_s,
+                 f" — {report.evidence[0]}" if report.evidence and not result.ready else "")
+        yield result, b
+
+
+def _as_ready(report: BootReport) -> BootReport:
+    from dataclasses import replace
+
+    return replace(report, outcome="ready", evidence=report.evidence or ("readiness probe: completion returned text",))

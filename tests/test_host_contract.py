@@ -1,0 +1,122 @@
+"""One contract, two hosts: the in-memory FakeHost and PodmanHost on the real podman service.
+
+The podman side boots the simulated engine image by digest; the fake side runs a scripted
+program that prints the same first lines. Both must behave the same for every case.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from arms.errors import HostError
+from arms.host import LABEL_ARM, LABEL_CAMPAIGN, LABEL_MANAGED, ContainerSpec
+from host.fake import FakeHost, FakeRun
+from tests.conftest import FAST_ENV, free_port
+
+FILE_IN_IMAGE = "/opt/simengine/simengine/behaviour.py"
+FAKE_DIGEST = "sha256:" + "ab" * 32
+
+
+def _fake_program(spec: ContainerSpec) -> FakeRun:
+    if "--bogus-flag" in spec.command:
+        return FakeRun(["usage: vllm serve [model_tag] [options]",
+                        "vllm: error: unrecognized arguments: --bogus-flag"], exit_code=2)
+    return FakeRun(["(APIServer pid=1) INFO 11-29 21:30:00 [utils.py:278] non-default args: {'model_tag': '/models/sim'}"],
+                   files={FILE_IN_IMAGE: b'"""What a booted simulated engine does"""\n'})
+
+
+@pytest.fixture(params=["fake", "podman"])
+def env(request, tmp_path):
+    """(host, image tag, image digest ref) for each implementation."""
+    if request.param == "fake":
+        host = FakeHost(images={"localhost/fake-engine:1": FAKE_DIGEST}, program=_fake_program)
+        yield host, "localhost/fake-engine:1", f"localhost/fake-engine@{FAKE_DIGEST}"
+    else:
+        host = request.getfixturevalue("podman_host")
+        img = request.getfixturevalue("sim_image")
+        yield host, img.tag, img.ref
+        for cid, _ in host.list_managed({LABEL_CAMPAIGN: "contract"}):
+            host.remove(cid)
+
+
+def spec(image: str, name: str, *extra: str) -> ContainerSpec:
+    return ContainerSpec(image=image, command=("/models/sim", "--port", str(free_port()), *extra),
+                         name=name, env=tuple(FAST_ENV.items()),
+                         labels=((LABEL_MANAGED, "1"), (LABEL_CAMPAIGN, "contract"), (LABEL_ARM, name[-1])))
+
+
+def wait_for(pred, timeout=20.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
+
+
+def test_resolve_image_by_tag_and_by_digest(env):
+    host, tag, ref = env
+    by_tag = host.resolve_image(tag)
+    assert by_tag.ref == ref and by_tag.digest == ref.split("@", 1)[1]
+    assert host.resolve_image(ref).ref == ref
+
+
+def test_resolve_missing_image_is_a_host_error(env):
+    host, _, _ = env
+    with pytest.raises(HostError, match="not present on this host"):
+        host.resolve_image("localhost/no-such-engine:never")
+
+
+def test_running_container_logs_kill_and_remove(env, tmp_path):
+    host, _, ref = env
+    cid = host.start(spec(ref, "tuner-contract-arm1"))
+    try:
+        follower = host.follow_logs(cid, tmp_path / "boot.log")
+        assert wait_for(lambda: "non-default args" in follower.text())
+        assert host.state(cid).running
+        assert [c for c, lab in host.list_managed({LABEL_CAMPAIGN: "contract"}) if c == cid]
+        host.kill(cid, "SIGKILL")
+        st = host.wait(cid, timeout=20)
+        assert st.exited and st.exit_code == 137
+    finally:
+        host.remove(cid)
+    assert host.state(cid).status == "missing"
+    assert not [c for c, _ in host.list_managed({LABEL_CAMPAIGN: "contract"}) if c == cid]
+    host.remove(cid)      # removing twice is not an error
+
+
+def test_container_that_exits_reports_its_code_and_log(env, tmp_path):
+    host, _, ref = env
+    cid = host.start(spec(ref, "tuner-contract-arm2", "--bogus-flag"))
+    try:
+        st = host.wait(cid, timeout=30)
+        assert st.exited and st.exit_code == 2
+        follower = host.follow_logs(cid, tmp_path / "bad.log")
+        assert wait_for(lambda: "unrecognized arguments: --bogus-flag" in follower.text())
+    finally:
+        host.remove(cid)
+
+
+def test_copy_out_a_file(env, tmp_path):
+    host, _, ref = env
+    cid = host.start(spec(ref, "tuner-contract-arm3"))
+    try:
+        got = host.copy_out(cid, FILE_IN_IMAGE, tmp_path / "out")
+        assert [p.name for p in got] == ["behaviour.py"]
+        assert "What a booted simulated engine does" in got[0].read_text()
+        with pytest.raises(HostError, match="not found"):
+            host.copy_out(cid, "/no/such/file.json", tmp_path / "out")
+    finally:
+        host.remove(cid)
+
+
+def test_duplicate_name_is_refused(env):
+    host, _, ref = env
+    cid = host.start(spec(ref, "tuner-contract-arm4"))
+    try:
+        with pytest.raises(HostError):
+            host.start(spec(ref, "tuner-contract-arm4"))
+    finally:
+        host.remove(cid)

@@ -1,0 +1,120 @@
+"""arms.sweep: seed 001's shape on the simulated engine (admission limit 4), and the pure
+summaries (percentile, level, knee) on fixed samples."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+
+import pytest
+
+from arms.errors import ConfigError
+from arms.measure import VLLM_API
+from arms.prompts import PromptCache
+from arms.sweep import (LevelResult, Sample, SweepPlan, find_knee, format_sweep, percentile,
+                        run_sweep, summarize_level)
+from simengine.behaviour import Behaviour
+from simengine.server import start_server
+
+SIM_API = dataclasses.replace(VLLM_API, name="simengine", ignores_eos=True)
+
+
+@contextlib.contextmanager
+def serving(behaviour: Behaviour):
+    handle = start_server("127.0.0.1", 0, log=lambda line: None)
+    handle.set_ready(behaviour)
+    try:
+        yield f"http://127.0.0.1:{handle.port}"
+    finally:
+        handle.shutdown()
+
+
+def test_seed_001_shape_admission_limit():
+    """max_num_seqs 4, batch_efficiency < 1: req/s flat past 4, TTFT growing, TPOT ~flat."""
+    b = Behaviour(model="sim/m", max_model_len=4096, decode_tok_s={0: 300.0}, base_ttft_s=0.005,
+                  prefill_tok_s=200_000.0, max_num_seqs=4, batch_efficiency=0.85)
+    plan = SweepPlan(levels=(1, 2, 4, 8, 16), duration_s=1.0, output_tokens=30,
+                     slo_ttft_s=0.15, slo_tpot_s=0.01, request_timeout_s=10, idle_timeout_s=5)
+    with serving(b) as url:
+        r = run_sweep(url, SIM_API, plan, prompts=PromptCache())
+    by = {x.concurrency: x for x in r.levels}
+    assert all(x.errors == 0 and x.requests > 0 for x in r.levels)
+    # throughput grows up to the admission limit, then stays flat
+    assert by[2].req_s > 1.3 * by[1].req_s and by[4].req_s > 1.2 * by[2].req_s
+    for c in (8, 16):
+        assert by[c].req_s == pytest.approx(by[4].req_s, rel=0.12)
+        assert by[c].tpot_p95_s == pytest.approx(by[4].tpot_p95_s, rel=0.2)   # TPOT flat
+    # requests past the limit queue: TTFT explodes
+    assert by[8].ttft_p95_s > 3 * by[4].ttft_p95_s
+    assert by[16].ttft_p95_s > 1.5 * by[8].ttft_p95_s
+    # the knee is the admission limit, and goodput lives there
+    assert r.knee == 4
+    assert by[4].meets_slo and by[4].slo_pct == 100.0 and not by[16].meets_slo
+    assert r.goodput_level == 4 and r.goodput_at_slo == by[4].goodput_req_s
+    assert by[16].slo_pct < 50
+    assert by[4].output_tok_s == pytest.approx(30 * by[4].req_s)
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["knee"] == 4 and len(d["levels"]) == 5 and d["slo"]["ttft_p95_s"] == 0.15
+    assert "goodput_at_slo" in format_sweep(r) and "@ concurrency 4" in format_sweep(r)
+
+
+def test_stalling_engine_is_bounded_and_counted_as_errors():
+    b = Behaviour(model="sim/m", max_model_len=4096, decode_tok_s={0: 2000.0}, fault="stall")
+    plan = SweepPlan(levels=(2,), duration_s=0.2, output_tokens=20, idle_timeout_s=0.3,
+                     request_timeout_s=2.0)
+    with serving(b) as url:
+        r = run_sweep(url, SIM_API, plan, prompts=PromptCache())
+    (lvl,) = r.levels
+    assert lvl.requests >= 2 and lvl.errors == lvl.requests
+    assert lvl.first_error.startswith("stall") and not lvl.meets_slo
+    assert r.goodput_at_slo == 0.0 and r.goodput_level is None and r.knee is None
+    assert r.wall_s < 0.2 + 2.0 + 0.3 + 5        # never past the plan's timeouts
+
+
+def test_request_count_is_capped():
+    b = Behaviour(model="sim/m", max_model_len=4096, decode_tok_s={0: 2000.0})
+    plan = SweepPlan(levels=(3,), duration_s=30.0, output_tokens=10, max_requests_per_level=5)
+    with serving(b) as url:
+        r = run_sweep(url, SIM_API, plan, prompts=PromptCache())
+    assert r.levels[0].requests == 5 and r.levels[0].errors == 0
+
+
+# -- pure -----------------------------------------------------------------------------------
+def test_percentile():
+    assert percentile([], 95) is None
+    assert percentile([3.0], 95) == 3.0
+    assert percentile(list(map(float, range(1, 101))), 95) == pytest.approx(95.05)
+    assert percentile([1.0, 2.0], 50) == 1.5
+
+
+def test_summarize_level_counts_slo_and_errors():
+    plan = SweepPlan(slo_ttft_s=1.0, slo_tpot_s=0.05)
+    samples = [Sample(0.0, 2.0, 0.5, 0.04, 200, True),       # meets
+               Sample(0.0, 4.0, 1.5, 0.04, 200, True),       # TTFT too slow
+               Sample(1.0, 3.0, 0.2, 0.06, 200, True),       # TPOT too slow
+               Sample(2.0, 3.0, None, None, 0, False, "HTTP 500: x")]
+    x = summarize_level(4, samples, plan)
+    assert (x.requests, x.errors, x.span_s) == (4, 1, 4.0)
+    assert x.req_s == pytest.approx(3 / 4) and x.output_tok_s == pytest.approx(600 / 4)
+    assert x.slo_pct == 25.0 and x.goodput_req_s == pytest.approx(1 / 4)
+    assert not x.meets_slo and x.first_error == "HTTP 500: x"
+
+
+def L(c: int, req_s: float) -> LevelResult:
+    return LevelResult(c, 10, 0, 1.0, 0.1, 0.01, req_s, 0.0, 100.0, req_s, True)
+
+
+@pytest.mark.parametrize("levels,knee", [
+    ([L(1, 0.4), L(2, 0.8), L(4, 1.162), L(8, 1.164), L(32, 1.157)], 4),    # seed 001's P0
+    ([L(1, 1.0), L(2, 2.0), L(4, 4.0)], 4),                                  # still growing
+    ([L(1, 1.0), L(2, 1.0)], 1),
+    ([L(1, 0.0)], None),
+])
+def test_find_knee(levels, knee):
+    assert find_knee(levels) == knee
+
+
+def test_bad_plans_are_config_errors():
+    for bad in (dict(levels=()), dict(levels=(0,)), dict(output_tokens=1), dict(slo_ttft_s=0)):
+        with pytest.raises(ConfigError):
+            SweepPlan(**bad)

@@ -1,0 +1,151 @@
+"""Campaign files: load, validate with messages that name the file and key, resolve paths.
+
+A campaign is the YAML an operator writes at night: the engine profile, the podman socket,
+the baseline shape, the levers each arm may change, and how long a boot may take. Relative
+paths (compile cache, mounts, the campaign folder) are relative to the campaign file.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from arms.errors import ConfigError
+from arms.shape import COMPILE_CACHE_TARGET, Lever, Mount, Shape
+
+TOP_KEYS = {"name", "engine", "podman", "baseline", "levers", "boot", "journal", "measure",
+            "objective", "constraints", "budget", "noise", "production", "telemetry", "profile",
+            "description"}
+BOOT_KEYS = {"timeout_s", "hang_s", "poll_s"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class BootPlan:
+    timeout_s: float = 1200.0     # the seed's boots take 420-490 s
+    hang_s: float = 600.0         # boot log silent this long and not ready: a hang
+    poll_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class Campaign:
+    path: Path
+    name: str
+    engine: str
+    podman: str | None
+    baseline: Shape
+    levers: dict[str, Lever]
+    boot: BootPlan
+    folder: Path
+    raw: dict = field(default_factory=dict, repr=False)
+    profile_overrides: dict = field(default_factory=dict, repr=False)
+
+    def lever(self, name: str) -> Lever:
+        try:
+            return self.levers[name]
+        except KeyError:
+            known = ", ".join(sorted(self.levers)) or "none"
+            raise ConfigError(f"{self.path}: unknown lever '{name}' (levers of this campaign: {known})") from None
+
+
+def _err(path: Path, key: str, why: str) -> ConfigError:
+    return ConfigError(f"{path}: key '{key}': {why}")
+
+
+def _resolve_path(base: Path, p: str) -> str:
+    q = Path(os.path.expanduser(p))
+    return str(q if q.is_absolute() else (base / q).resolve())
+
+
+def _baseline(path: Path, raw: Any) -> Shape:
+    if not isinstance(raw, dict):
+        raise _err(path, "baseline", "must be a mapping with image, model, args, env, ...")
+    base = path.parent
+    d = dict(raw)
+    mounts = []
+    for m in d.get("mounts") or []:
+        mm = Mount.parse(m)
+        mounts.append(Mount(_resolve_path(base, mm.source), mm.target, mm.read_only, mm.kind))
+    if d.get("compile_cache"):
+        cc = Mount.parse(d.pop("compile_cache"), default_target=COMPILE_CACHE_TARGET)
+        mounts.append(Mount(_resolve_path(base, cc.source), cc.target, cc.read_only, cc.kind))
+    model = d.get("model")
+    if isinstance(model, str) and model.startswith("/") and Path(model).exists() \
+            and not any(m.target == model for m in mounts):
+        mounts.append(Mount(model, model, True))      # a host model dir is bind-mounted read-only
+    d["mounts"] = mounts
+    try:
+        return Shape.from_mapping(d)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: key 'baseline': {e}") from None
+
+
+def load_campaign(path: str | os.PathLike) -> Campaign:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the campaign file: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{p}{where}: not valid YAML: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: a campaign file is a mapping (name, engine, baseline, levers, ...)")
+    for k in raw:
+        if k not in TOP_KEYS:
+            raise _err(p, k, f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise _err(p, "name", f"{name!r} must be 1-64 letters, digits, '.', '_' or '-'")
+    engine = raw.get("engine", "vllm-expert-offload")
+    if not isinstance(engine, str):
+        raise _err(p, "engine", "must name an engine profile (vllm, vllm-expert-offload, llamacpp) or a file")
+    podman = raw.get("podman")
+    if podman is not None and not isinstance(podman, str):
+        raise _err(p, "podman", "must be a socket URL such as unix:///run/podman/podman.sock")
+    baseline = _baseline(p, raw.get("baseline"))
+    levers: dict[str, Lever] = {}
+    lv = raw.get("levers") or {}
+    if not isinstance(lv, dict):
+        raise _err(p, "levers", "must be a mapping of lever: [values] or {values: [...], numerics: ...}")
+    for lname, spec in lv.items():
+        try:
+            lever = Lever.from_spec(str(lname), spec)
+        except ConfigError as e:
+            raise ConfigError(f"{p}: key 'levers.{lname}': {e}") from None
+        if lever.name in levers:
+            raise _err(p, f"levers.{lname}", "this lever is listed twice; keep one")
+        levers[lever.name] = lever
+    boot_raw = raw.get("boot") or {}
+    if not isinstance(boot_raw, dict) or set(boot_raw) - BOOT_KEYS:
+        raise _err(p, "boot", f"known keys: {', '.join(sorted(BOOT_KEYS))}")
+    try:
+        boot = BootPlan(**{k: float(v) for k, v in boot_raw.items()})
+    except (TypeError, ValueError):
+        raise _err(p, "boot", "timeouts are numbers of seconds") from None
+    folder_root = raw.get("journal", "journal")
+    folder = Path(_resolve_path(p.parent, str(folder_root))) / name
+    prof = raw.get("profile") or {}
+    if not isinstance(prof, dict):
+        raise _err(p, "profile", "must be a mapping of engine-profile keys to override")
+    return Campaign(path=p, name=name, engine=engine, podman=podman, baseline=baseline, levers=levers,
+                    boot=boot, folder=folder, raw=raw, profile_overrides=prof)
+
+
+def check_paths(shape: Shape) -> None:
+    """Mount sources and device paths must exist before any container starts."""
+    for m in shape.mounts:
+        if m.target == COMPILE_CACHE_TARGET and not m.read_only:
+            Path(m.source).mkdir(parents=True, exist_ok=True)    # the compile cache is ours to create
+        elif not Path(m.source).exists():
+            raise ConfigError(f"mount source {m.source} (-> {m.target}) does not exist on this host")
+    for d in shape.devices:
+        if d.startswith("/") and not Path(d).exists():
+            raise ConfigError(f"device {d} does not exist on this host (CDI names like nvidia.com/gpu=all are passed as-is)")

@@ -1,0 +1,67 @@
+"""Plain-text renderings for the terminal: a boot report as the seed's plan table."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+
+def _g(v, fmt="{:.2f}", unit=""):
+    return "n/a" if v is None else fmt.format(v) + unit
+
+
+def _int(v):
+    return "n/a" if v is None else f"{int(v):,}"
+
+
+def plan_rows(report) -> list[tuple[str, str]]:
+    p = report.plan or {}
+    rows = []
+    if "expert_cache_gib" in p:
+        rows.append(("expert cache space", f"{_g(p.get('expert_cache_gib'))} GiB = {_int(p.get('slots'))} slots x "
+                                           f"{_g(p.get('slab_mib'), '{:.3f}')} MiB"))
+    if "resident_gib" in p:
+        rows.append(("VRAM-only resident layers", f"{_g(p.get('resident_gib'))} GiB ({p.get('resident_layers', '?')} layers, "
+                                                  f"{_int(p.get('resident_experts'))} experts)"))
+    if "swap_gib" in p:
+        rows.append(("swap region", f"{_g(p.get('swap_gib'))} GiB ({_int(p.get('swap_slots'))} slots)"))
+    if "host_backed_gib" in p:
+        rows.append(("host-backed experts", f"{_g(p.get('host_backed_gib'))} GiB, {_int(p.get('host_backed_experts'))} experts"))
+    if "kv_reserve_gib" in p:
+        rows.append(("KV reserve", f"{_g(p.get('kv_reserve_gib'))} GiB of the {_g(p.get('kv_pool_gib'))} GiB pool"))
+    if report.kv_pool_tokens is not None:
+        rows.append(("KV pool", f"{_int(report.kv_pool_tokens)} tokens, max concurrency {_g(report.max_concurrency)}x "
+                                f"at {_int(report.max_concurrency_len)} tokens"))
+    if "graphs_gib" in p:
+        rows.append(("CUDA graphs", f"{_g(p.get('graphs_gib'))} GiB ({p.get('graphs_count', '?')} graphs)"))
+    if "overhead_gib" in p:
+        rows.append(("runtime overhead", f"{_g(p.get('overhead_gib'))} GiB" + (" (precise)" if p.get("overhead_precise") else "")))
+    if report.compile_s is not None or report.compile_cache_hit is not None:
+        hit = {True: "cache hit", False: "cache miss", None: "no compile"}[report.compile_cache_hit]
+        rows.append(("torch.compile", f"{_g(report.compile_s, '{:.1f}')} s ({hit})"))
+    if report.model_load_gib is not None:
+        rows.append(("model load", f"{_g(report.model_load_gib)} GiB in {_g(report.model_load_s, '{:.1f}')} s"))
+    if report.init_engine_s is not None:
+        rows.append(("init engine", f"{_g(report.init_engine_s, '{:.1f}')} s"))
+    return rows
+
+
+def boot_table(result, baseline=None, changes: dict | None = None) -> str:
+    rep = result.report
+    out = [f"arm {result.arm}: {result.outcome} after {result.boot_s:.1f} s",
+           f"image {result.shape.image}"]
+    if baseline is not None:
+        for ch in replace(baseline, image=result.shape.image).diff(result.shape):
+            out.append(f"change: {ch.describe()}")
+    rows = plan_rows(rep)
+    if rows:
+        w = max(len(r[0]) for r in rows)
+        out.append("")
+        out.append(f"{'region'.ljust(w)}  size")
+        out += [f"{k.ljust(w)}  {v}" for k, v in rows]
+    if not result.ready or result.not_applied:
+        out.append("")
+        if result.not_applied:
+            out.append(f"flag-not-applied: {', '.join(result.not_applied)} missing from the engine's non-default args")
+        for line in rep.evidence:
+            out.append(f"evidence: {line}")
+    out.append(f"boot log: {result.log_path}")
+    return "\n".join(out)
