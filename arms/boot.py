@@ -97,7 +97,8 @@ def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str,
         if b.ready.ready and not report.ready:
             # the server answers and completes: the log format is unfamiliar, not a failure
             report = _as_ready(report)
-        not_applied = flags_not_applied(changed_flags(shape, changes or {}), report.non_default_args) \
+        not_applied = flags_not_applied(changed_flags(shape, changes or {}), report.non_default_args,
+                                        defaults=profile.arg_defaults) \
             if report.ready and report.non_default_args_raw is not None else []
         result = BootResult(arm=str(arm), shape=shape, report=report, boot_s=b.ready.seconds,
                             log_path=folder / "boot.log", not_applied=not_applied)

@@ -37,7 +37,7 @@ _EVIDENCE_MAX = 3
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _UNITS = {"b": 1, "byte": 1, "bytes": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
           "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
-_SIZE = re.compile(r"^\s*([\d.,]+)\s*([A-Za-z]+)?\s*$")
+_SIZE = re.compile(r"^\s*(-?[\d.,]+)\s*([A-Za-z]+)?\s*$")
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,9 @@ def clean_log_lines(text: str, profile: EngineProfile) -> list[str]:
 
 def parse_boot_log(text: str, profile: EngineProfile, exit_code: int | None = None,
                    oom_killed: bool = False, outcome_hint: str | None = None) -> BootReport:
+    """Explain one boot from its log. ``exit_code`` is the container's (None while it runs),
+    ``oom_killed`` what the host saw, ``outcome_hint`` the caller's own verdict (boot-timeout
+    or hang) used only when the log names no cause. Pure: no I/O, no clock."""
     if outcome_hint is not None and outcome_hint not in OUTCOME_HINTS:
         raise ValueError(f"outcome_hint must be one of {OUTCOME_HINTS} or None, got {outcome_hint!r}")
     lines = _clean(text, profile)

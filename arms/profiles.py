@@ -75,7 +75,7 @@ _SCHEMA: dict[str, Any] = {
                   "tokenize_request_key": str, "tokenize_response_key": str,
                   "tokenize_extra": dict, "ready_line": str},
     "non_default_args": {"line": str, "style": str, "key_style": str},
-    "telemetry": bool, "ignores_eos": bool,
+    "telemetry": bool, "ignores_eos": bool, "arg_defaults": dict,
     "metrics": {"spec_decode": {"*": str}},
     "kv_block_size": int,
     "noise": {"split_before": str, "strip": list, "quiet_levels": list, "exception_line": str,
@@ -124,6 +124,7 @@ class EngineProfile:
     arg_key_style: str                          # snake_case: --max-num-seqs -> max_num_seqs
     telemetry: bool                             # expert-cache telemetry via profiler window
     ignores_eos: bool                           # engine always produces max_tokens
+    arg_defaults: Mapping[str, Any]             # flag -> engine default (absent from non-default args)
     spec_decode_metrics: Mapping[str, str]      # drafts, draft_tokens, accepted_tokens, ...
     kv_block_size: int | None                   # used when the log prints blocks only
     split_pattern: re.Pattern | None            # zero-width: where one physical line holds two
@@ -156,6 +157,8 @@ def load_profile(name_or_path: str, overrides: Mapping[str, Any] | None = None, 
             raise ConfigError(f"{overrides_source}: engine profile overrides must be a mapping, "
                               f"got {type(overrides).__name__}")
         _check_keys(overrides, _SCHEMA, overrides_source, "")
+        if "extends" in overrides:
+            raise ConfigError(f"{overrides_source}: key 'extends' cannot be overridden; name the profile instead")
         data = _merge(data, dict(overrides), origins, overrides_source, "")
         sources.append(overrides_source)
     return _build(data, origins, " <- ".join(reversed(sources)))
@@ -321,6 +324,7 @@ def _build(data: dict, origins: Mapping[str, str], source: str) -> EngineProfile
         arg_key_style=nda.get("key_style") or "snake_case",
         telemetry=bool(data.get("telemetry", False)),
         ignores_eos=bool(data.get("ignores_eos", False)),
+        arg_defaults=MappingProxyType(dict(data.get("arg_defaults") or {})),
         spec_decode_metrics=MappingProxyType(dict(_get(data, "metrics.spec_decode") or {})),
         kv_block_size=data.get("kv_block_size"),
         split_pattern=_compile(data, origins, "noise.split_before"),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from arms.errors import HostError
+from arms.errors import ConfigError, HostError
 from arms.host import LABEL_MANAGED, ContainerSpec, ContainerState, ImageInfo, LogFollower
 
 
@@ -49,10 +49,10 @@ class FakeHost:
         if "@sha256:" in ref:
             repo, digest = ref.split("@", 1)
             if digest not in self.images.values():
-                raise HostError(f"image {ref} is not present on this host; pull or build it first (`podman pull {ref}`)")
+                raise ConfigError(f"image {ref} is not present on this host; pull or build it first (`podman pull {ref}`)")
             return ImageInfo(ref=ref, digest=digest, image_id=digest[7:19])
         if ref not in self.images:
-            raise HostError(f"image {ref} is not present on this host; pull or build it first (`podman pull {ref}`)")
+            raise ConfigError(f"image {ref} is not present on this host; pull or build it first (`podman pull {ref}`)")
         digest = self.images[ref]
         repo = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
         return ImageInfo(ref=f"{repo}@{digest}", digest=digest, image_id=digest[7:19], tags=(ref,))

@@ -45,7 +45,7 @@ class PodmanHost:
         try:
             img = self.client.images.get(ref)
         except ImageNotFound:
-            raise HostError(f"image {ref} is not present on this host; pull or build it first "
+            raise ConfigError(f"image {ref} is not present on this host; pull or build it first "
                             f"(`podman pull {ref}`)") from None
         digest = img.attrs.get("Digest") or ""
         repo = ref.split("@", 1)[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from arms.errors import HostError
+from arms.errors import ConfigError, HostError
 from arms.host import LABEL_ARM, LABEL_CAMPAIGN, LABEL_MANAGED, ContainerSpec
 from host.fake import FakeHost, FakeRun
 from tests.conftest import FAST_ENV, free_port
@@ -65,7 +65,7 @@ def test_resolve_image_by_tag_and_by_digest(env):
 
 def test_resolve_missing_image_is_a_host_error(env):
     host, _, _ = env
-    with pytest.raises(HostError, match="not present on this host"):
+    with pytest.raises(ConfigError, match="not present on this host"):
         host.resolve_image("localhost/no-such-engine:never")
 
 

@@ -21,6 +21,8 @@ TOP_KEYS = {"name", "engine", "podman", "baseline", "levers", "boot", "journal",
             "objective", "constraints", "budget", "noise", "production", "telemetry", "profile",
             "description"}
 BOOT_KEYS = {"timeout_s", "hang_s", "poll_s"}
+MEASURE_KEYS = {"depths", "runs", "warm_tokens", "max_tokens", "run_timeout_s", "idle_timeout_s",
+                "max_invalid_per_depth", "telemetry", "sweep"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -43,6 +45,7 @@ class Campaign:
     folder: Path
     raw: dict = field(default_factory=dict, repr=False)
     profile_overrides: dict = field(default_factory=dict, repr=False)
+    measure: Any = None            # arms.measure.MeasurePlan
 
     def lever(self, name: str) -> Lever:
         try:
@@ -136,7 +139,27 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     if not isinstance(prof, dict):
         raise _err(p, "profile", "must be a mapping of engine-profile keys to override")
     return Campaign(path=p, name=name, engine=engine, podman=podman, baseline=baseline, levers=levers,
-                    boot=boot, folder=folder, raw=raw, profile_overrides=prof)
+                    boot=boot, folder=folder, raw=raw, profile_overrides=prof, measure=_measure(p, raw))
+
+
+def _measure(path: Path, raw: dict):
+    from arms.measure import MeasurePlan
+
+    m = raw.get("measure") or {}
+    if not isinstance(m, dict):
+        raise _err(path, "measure", "must be a mapping (depths, runs, warm_tokens, max_tokens, ...)")
+    for k in m:
+        if k not in MEASURE_KEYS:
+            raise _err(path, f"measure.{k}", f"unknown key (known: {', '.join(sorted(MEASURE_KEYS))})")
+    kw = {k: v for k, v in m.items() if k not in ("telemetry", "sweep")}
+    if "depths" in kw:
+        if not isinstance(kw["depths"], list):
+            raise _err(path, "measure.depths", "must be a list of prompt lengths in tokens, e.g. [166, 1087, 4064]")
+        kw["depths"] = tuple(kw["depths"])
+    try:
+        return MeasurePlan(**kw)
+    except (ConfigError, TypeError) as e:
+        raise _err(path, "measure", str(e)) from None
 
 
 def check_paths(shape: Shape) -> None:

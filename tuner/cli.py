@@ -95,6 +95,84 @@ def cmd_boot(ns) -> int:
     return 0 if result.outcome == "ready" else 1
 
 
+# -- measure -------------------------------------------------------------------------------
+def _depths(text: str | None):
+    if not text:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--depths {text!r}: give prompt lengths in tokens, e.g. 166,1087,4064") from None
+
+
+def _measure_and_print(base_url: str, plan, api, ns, numerics: str = "preserving") -> int:
+    from dataclasses import asdict
+
+    from arms import quality
+    from arms.measure import format_table, measure_engine
+    from arms.sweep import SweepPlan, format_sweep, run_sweep
+
+    m = measure_engine(base_url, plan, api)
+    q = quality.check(None, m, numerics)
+    out = {**m.to_dict(), "quality": q.to_dict()}
+    sweep = None
+    if ns.sweep:
+        sweep = run_sweep(base_url, api, SweepPlan())
+        out["sweep"] = sweep.to_dict()
+    if ns.json:
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        print(format_table(m))
+        print(f"quality: {q.verdict}" + "".join(f"\n  {e}" for e in q.evidence))
+        if sweep is not None:
+            print(format_sweep(sweep))
+    ok = m.outcome == "measured" and q.verdict != "corrupt"
+    return 0 if ok else 1
+
+
+def cmd_measure(ns) -> int:
+    from dataclasses import replace
+
+    from arms.measure import MeasurePlan
+    from arms.prompts import api_from_profile
+
+    depths = _depths(ns.depths)
+    if ns.url:
+        from arms.profiles import load_profile
+
+        if ns.campaign:
+            raise ConfigError("give either a campaign file or --url, not both")
+        profile = load_profile(ns.profile or "vllm")
+        plan = MeasurePlan()
+        plan = replace(plan, **({"depths": depths} if depths else {}), **({"runs": ns.runs} if ns.runs else {}))
+        return _measure_and_print(ns.url.rstrip("/"), plan, api_from_profile(profile), ns)
+    if not ns.campaign:
+        raise ConfigError("give a campaign file, or --url http://HOST:PORT --profile NAME for a running engine")
+    from arms.boot import BootLimits, boot_arm
+    from arms.lifecycle import sweep_orphans
+    from tuner.render import boot_table
+
+    camp, profile, host, shape, changes = _prepare(ns.campaign, ns.change)
+    plan = camp.measure
+    plan = replace(plan, **({"depths": depths} if depths else {}), **({"runs": ns.runs} if ns.runs else {}))
+    sweep_orphans(host, camp.name)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = camp.folder / "measures" / f"{stamp}-{shape.key()}"
+    limits = BootLimits(camp.boot.timeout_s, camp.boot.hang_s, camp.boot.poll_s)
+    numerics = "changing" if any(camp.lever(n).numerics == "changing" for n in changes) else "preserving"
+    with boot_arm(host, shape, profile, campaign=camp.name, arm=f"measure-{stamp}", folder=folder,
+                  changes=changes, limits=limits) as (result, b):
+        if not ns.json:
+            print(boot_table(result, baseline=camp.baseline, changes=changes))
+            print()
+        if result.outcome != "ready":
+            if ns.json:
+                print(json.dumps({"boot": result.to_dict()}, indent=1, default=str))
+            return 1
+        plan = replace(plan, max_model_len=result.report.max_model_len or plan.max_model_len)
+        return _measure_and_print(b.base_url, plan, api_from_profile(profile), ns, numerics)
+
+
 # -- demo ----------------------------------------------------------------------------------
 def cmd_demo(ns) -> int:
     from tuner.demo import run_demo
@@ -119,6 +197,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="change one lever of the baseline (repeatable)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_boot)
+
+    s = sub.add_parser("measure", help="boot a shape and measure decode at exact depths (or measure a running engine)")
+    s.add_argument("campaign", nargs="?", help="campaign YAML file")
+    s.add_argument("--change", action="append", default=[], metavar="LEVER=VALUE")
+    s.add_argument("--url", help="measure an engine that is already running, e.g. http://127.0.0.1:8000")
+    s.add_argument("--profile", help="engine profile for --url (vllm, vllm-expert-offload, llamacpp, simengine)")
+    s.add_argument("--depths", help="comma-separated prompt lengths in tokens (default 166,1087,4064)")
+    s.add_argument("--runs", type=int, help="measured runs per depth (default 3)")
+    s.add_argument("--sweep", action="store_true", help="also run the concurrency sweep (goodput at the SLO)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_measure)
 
     s = sub.add_parser("demo", help="boot the simulated engine in podman by digest and measure one completion")
     s.add_argument("--podman", default=None)
