@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -88,9 +87,9 @@ def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str,
             st = host.state(b.cid)
         hint = b.ready.outcome if b.ready.outcome in ("boot-timeout", "hang") else None
         text = b.logs.text()
-        deadline = time.monotonic() + 3.0
-        while b.ready.ready and not profile.ready_pattern.search(text) and time.monotonic() < deadline:
-            time.sleep(0.05)          # the log copy trails the server by a few lines
+        deadline = host.now() + 3.0
+        while b.ready.ready and not profile.ready_pattern.search(text) and host.now() < deadline:
+            host.sleep(0.05)          # the log copy trails the server by a few lines
             text = b.logs.text()
         report = parse_boot_log(text, profile, exit_code=st.exit_code if st and st.exited else None,
                                 oom_killed=bool(st and st.oom_killed), outcome_hint=hint)

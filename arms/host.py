@@ -7,9 +7,13 @@ and ``host.fake.FakeHost`` implements it in memory for unit tests. One contract 
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import httpx
 
 LABEL_MANAGED = "tuner.managed"
 LABEL_CAMPAIGN = "tuner.campaign"
@@ -107,3 +111,33 @@ class Host(Protocol):
 
     def list_managed(self, labels: dict[str, str] | None = None) -> list[tuple[str, dict[str, str]]]:
         """(id, labels) of every container of this tool, optionally filtered by more labels."""
+
+    def base_url(self, cid: str, port: int) -> str:
+        """Where the engine in this container answers HTTP (host networking: 127.0.0.1:port)."""
+
+    def http_client(self, cid: str, timeout: float = 30.0) -> "httpx.Client":
+        """An httpx client that reaches the engine (a simulated host answers in-process)."""
+
+    def now(self) -> float:
+        """The host's monotonic clock in seconds (a simulated host's clock is virtual)."""
+
+    def sleep(self, seconds: float) -> None:
+        """Wait on the host's clock."""
+
+
+class RealTime:
+    """Wall-clock timing and a plain network client: the mixin of every real host."""
+
+    def base_url(self, cid: str, port: int) -> str:
+        return f"http://127.0.0.1:{port}"
+
+    def http_client(self, cid: str, timeout: float = 30.0):
+        import httpx
+
+        return httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)

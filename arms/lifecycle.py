@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -81,19 +80,20 @@ def booted(host: Host, spec: ContainerSpec, *, log_path: Path, port: int, model:
            probe: ReadinessProbe = ReadinessProbe(), timeout_s: float = 1200.0, hang_s: float = 600.0,
            poll_s: float = 1.0, tag: str = "arm") -> Iterator[Booted]:
     """Start ``spec``, wait until ready (or dead), yield, and always remove the container."""
-    t0 = time.monotonic()
+    t0 = host.now()
     cid = host.start(spec)
     follower = None
     try:
         follower = host.follow_logs(cid, log_path)
         log.info("[%s BOOT] %s started as %s", tag, spec.name, cid[:12])
-        ready = wait_ready(host, cid, f"http://127.0.0.1:{port}", follower, probe=probe, model=model,
-                           timeout_s=timeout_s, hang_s=hang_s, poll_s=poll_s)
+        url = host.base_url(cid, port)
+        with host.http_client(cid, timeout=10.0) as http:
+            ready = wait_ready(host, cid, url, follower, probe=probe, model=model, timeout_s=timeout_s,
+                               hang_s=hang_s, poll_s=poll_s, clock=host.now, sleep=host.sleep, http=http)
         log.info("[%s READY %s] after %.1f s (%s)", tag, ready.outcome, ready.seconds, ready.detail)
         if ready.outcome == "exited" and callable(follower.stop):
             follower.stop(5.0)      # the stream ends with the container: let the file catch up
-        yield Booted(cid=cid, spec=spec, base_url=f"http://127.0.0.1:{port}", logs=follower, ready=ready,
-                     started_at=t0)
+        yield Booted(cid=cid, spec=spec, base_url=url, logs=follower, ready=ready, started_at=t0)
     finally:
         try:
             if follower is not None and callable(follower.stop) and host.state(cid).exited:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from arms.errors import ConfigError, HostError
-from arms.host import LABEL_MANAGED, ContainerSpec, ContainerState, ImageInfo, LogFollower
+from arms.host import LABEL_MANAGED, RealTime, ContainerSpec, ContainerState, ImageInfo, LogFollower
 
 
 @dataclass
@@ -33,7 +33,7 @@ class _Ctr:
     logs: list[str] = field(default_factory=list)
 
 
-class FakeHost:
+class FakeHost(RealTime):
     def __init__(self, images: dict[str, str] | None = None,
                  program: Callable[[ContainerSpec], FakeRun] | None = None):
         # images: tag or digest reference -> "sha256:..." digest

@@ -11,11 +11,8 @@ import argparse
 import json
 import os
 import sys
-import time
 from datetime import datetime
-from pathlib import Path
 
-from . import planner
 from .landscape import ABSENT, ENV_HOOKS, LandscapeError, load_landscape
 
 VERSION = "0.29.0.dev0+sim"

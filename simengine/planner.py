@@ -219,7 +219,7 @@ def rule_failure(rule: dict, values: dict) -> BootFailure:
         width = seqs + 1
         return BootFailure("profile", (
             "torch.fx.experimental.symbolic_shapes.ConstraintViolationError: Constraints violated "
-            f"(L['query_start_loc'].size()[0])! For more information, run with TORCH_LOGS=\"+dynamic\".",
+            "(L['query_start_loc'].size()[0])! For more information, run with TORCH_LOGS=\"+dynamic\".",
             f"  - Not all values of L['query_start_loc'].size()[0] = L['query_start_loc'].size()[0] in the specified "
             f"range are valid because L['query_start_loc'].size()[0] was inferred to be a constant ({width}).",
             f"You marked L['query_start_loc'].size()[0] as dynamic but your code specialized it to be a constant ({width}).",

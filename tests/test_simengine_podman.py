@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from arms.host import LABEL_CAMPAIGN, BindMount, ContainerSpec
+from arms.host import LABEL_CAMPAIGN, ContainerSpec
 from arms.lifecycle import booted
 from tests.conftest import free_port
 

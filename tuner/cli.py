@@ -11,7 +11,6 @@ import logging
 import signal
 import sys
 import time
-from pathlib import Path
 
 from arms.errors import ConfigError, TunerError
 
@@ -105,14 +104,13 @@ def _depths(text: str | None):
         raise ConfigError(f"--depths {text!r}: give prompt lengths in tokens, e.g. 166,1087,4064") from None
 
 
-def _measure_and_print(base_url: str, plan, api, ns, numerics: str = "preserving") -> int:
-    from dataclasses import asdict
+def _measure_and_print(base_url: str, plan, api, ns, numerics: str = "preserving", http=None, clock=None) -> int:
 
     from arms import quality
     from arms.measure import format_table, measure_engine
     from arms.sweep import SweepPlan, format_sweep, run_sweep
 
-    m = measure_engine(base_url, plan, api)
+    m = measure_engine(base_url, plan, api, http=http, **({"clock": clock} if clock else {}))
     q = quality.check(None, m, numerics)
     out = {**m.to_dict(), "quality": q.to_dict()}
     sweep = None
@@ -170,7 +168,9 @@ def cmd_measure(ns) -> int:
                 print(json.dumps({"boot": result.to_dict()}, indent=1, default=str))
             return 1
         plan = replace(plan, max_model_len=result.report.max_model_len or plan.max_model_len)
-        return _measure_and_print(b.base_url, plan, api_from_profile(profile), ns, numerics)
+        with host.http_client(b.cid, timeout=plan.run_timeout_s) as http:
+            return _measure_and_print(b.base_url, plan, api_from_profile(profile), ns, numerics, http=http,
+                                      clock=host.now)
 
 
 # -- demo ----------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sim-campaign.ya
 def run_demo(ns) -> int:
     from arms.boot import BootLimits, boot_arm
     from arms.lifecycle import sweep_orphans
-    from arms.measure import MeasurePlan, VLLM_API, format_table, measure_engine
+    from arms.measure import MeasurePlan, format_table, measure_engine
+    from arms.prompts import api_from_profile
     from host.simimage import ensure_image
     from tuner.cli import _prepare
     from tuner.render import boot_table
@@ -32,7 +33,8 @@ def run_demo(ns) -> int:
         print(boot_table(result, baseline=camp.baseline))
         if not result.ready:
             return 1
-        m = measure_engine(b.base_url, plan, VLLM_API)
+        with host.http_client(b.cid, timeout=plan.run_timeout_s) as http:
+            m = measure_engine(b.base_url, plan, api_from_profile(profile), http=http, clock=host.now)
     print()
     print(format_table(m))
     (folder / "measure.json").write_text(__import__("json").dumps(m.to_dict(), indent=1))
