@@ -4,6 +4,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/install.sh
+# llama-server (a real engine for the measurement tests), built once and cached outside the repo
+command -v cmake >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq cmake >/dev/null; }
+bash scripts/build-llama-server.sh >/dev/null
 source scripts/podman-service.sh start
 trap 'podman_service_stop' EXIT
 set +e
