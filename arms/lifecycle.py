@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -63,6 +65,15 @@ class Booted:
     started_at: float
 
 
+def crashpoint(name: str, arm) -> None:
+    """Fault injection for the crash-resume tests: ``TUNER_CRASH_AT=name:arm`` kills this process
+    with SIGKILL at that point, exactly as `kill -9` would. Unset, it does nothing."""
+    spec = os.environ.get("TUNER_CRASH_AT")
+    if spec and spec == f"{name}:{arm}":
+        log.warning("[crashpoint] %s", spec)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def sweep_orphans(host: Host, campaign: str | None = None) -> list[str]:
     """Remove every container of this tool (of one campaign, when named); returns their ids."""
     labels = {LABEL_CAMPAIGN: campaign} if campaign else None
@@ -82,6 +93,7 @@ def booted(host: Host, spec: ContainerSpec, *, log_path: Path, port: int, model:
     """Start ``spec``, wait until ready (or dead), yield, and always remove the container."""
     t0 = host.now()
     cid = host.start(spec)
+    crashpoint("container-started", dict(spec.labels).get(LABEL_ARM))
     follower = None
     try:
         follower = host.follow_logs(cid, log_path)

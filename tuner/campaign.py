@@ -34,6 +34,25 @@ class BootPlan:
 
 
 @dataclass(frozen=True)
+class Budget:
+    until: tuple[int, int] | None = None    # local HH:MM, next occurrence
+    hours: float | None = None              # or a duration (simulated nights use this)
+    max_arms: int | None = None
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    objective: Any = None          # tuner.verdict.Objective
+    constraints: Any = None        # tuner.verdict.Constraints
+    recheck_every: int = 6         # re-measure the incumbent every K arms (noise band)
+    min_effect: float = 0.02       # an arm must beat the incumbent by more than this (and the band)
+    confirm: bool = True           # a better arm is booted and measured again before it is promoted
+    prune_below: float = 0.30      # stop after the first depth when this far below the incumbent
+    mode: str = "one-change"       # or "joint"
+    budget: Budget = Budget()
+
+
+@dataclass(frozen=True)
 class Campaign:
     path: Path
     name: str
@@ -46,6 +65,7 @@ class Campaign:
     raw: dict = field(default_factory=dict, repr=False)
     profile_overrides: dict = field(default_factory=dict, repr=False)
     measure: Any = None            # arms.measure.MeasurePlan
+    search: SearchPlan = SearchPlan()
 
     def lever(self, name: str) -> Lever:
         try:
@@ -139,7 +159,49 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     if not isinstance(prof, dict):
         raise _err(p, "profile", "must be a mapping of engine-profile keys to override")
     return Campaign(path=p, name=name, engine=engine, podman=podman, baseline=baseline, levers=levers,
-                    boot=boot, folder=folder, raw=raw, profile_overrides=prof, measure=_measure(p, raw))
+                    boot=boot, folder=folder, raw=raw, profile_overrides=prof, measure=_measure(p, raw),
+                    search=_search(p, raw))
+
+
+NOISE_KEYS = {"recheck_every", "min_effect", "confirm", "prune_below"}
+BUDGET_KEYS = {"until", "hours", "max_arms"}
+
+
+def _search(path: Path, raw: dict) -> SearchPlan:
+    from tuner.verdict import Constraints, Objective
+
+    try:
+        objective = Objective.parse(str(raw.get("objective", "decode_geomean")))
+    except ConfigError as e:
+        raise _err(path, "objective", str(e)) from None
+    constraints = Constraints.from_mapping(raw.get("constraints"), str(path))
+    noise = raw.get("noise") or {}
+    if not isinstance(noise, dict) or set(noise) - NOISE_KEYS:
+        raise _err(path, "noise", f"known keys: {', '.join(sorted(NOISE_KEYS))}")
+    budget_raw = raw.get("budget") or {}
+    if not isinstance(budget_raw, dict) or set(budget_raw) - BUDGET_KEYS:
+        raise _err(path, "budget", f"known keys: {', '.join(sorted(BUDGET_KEYS))}")
+    until = None
+    if "until" in budget_raw:
+        m = re.fullmatch(r"(\d{1,2}):(\d{2})", str(budget_raw["until"]))
+        if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
+            raise _err(path, "budget.until", f"{budget_raw['until']!r} is not a time of day like \"07:00\"")
+        until = (int(m.group(1)), int(m.group(2)))
+    try:
+        budget = Budget(until=until, hours=float(budget_raw["hours"]) if "hours" in budget_raw else None,
+                        max_arms=int(budget_raw["max_arms"]) if "max_arms" in budget_raw else None)
+        plan = SearchPlan(objective=objective, constraints=constraints,
+                          recheck_every=int(noise.get("recheck_every", 6)),
+                          min_effect=float(noise.get("min_effect", 0.02)),
+                          confirm=bool(noise.get("confirm", True)),
+                          prune_below=float(noise.get("prune_below", 0.30)), budget=budget)
+    except (TypeError, ValueError):
+        raise _err(path, "noise/budget", "values must be numbers (hours, max_arms, recheck_every, min_effect)") from None
+    if budget.max_arms is not None and budget.max_arms < 1:
+        raise _err(path, "budget.max_arms", "must be at least 1")
+    if budget.hours is not None and budget.hours <= 0:
+        raise _err(path, "budget.hours", "must be positive (a deadline in the past starts nothing)")
+    return plan
 
 
 def _measure(path: Path, raw: dict):

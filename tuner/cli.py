@@ -173,6 +173,43 @@ def cmd_measure(ns) -> int:
                                       clock=host.now)
 
 
+# -- campaign: check, run, status -------------------------------------------------------------
+def cmd_check(ns) -> int:
+    from tuner.search import candidates, propose
+    from tuner.state import replay
+
+    camp, profile, host, shape, _ = _prepare(ns.campaign, [])
+    if camp.raw.get("measure", {}).get("telemetry") and not profile.telemetry:
+        raise ConfigError(f"{camp.path}: key 'measure.telemetry': engine profile '{profile.name}' has no telemetry; "
+                          "turn it off or use an expert-offload profile")
+    print(f"campaign {camp.name}: {len(camp.levers)} levers, profile {profile.name}, folder {camp.folder}")
+    print(f"image {camp.baseline.image} -> {shape.image}")
+    print(f"objective {camp.search.objective}; constraints: {'; '.join(camp.search.constraints.describe()) or 'none'}")
+    from dataclasses import replace
+
+    st = replay([], replace(camp.baseline, image=shape.image))
+    first = propose(st, camp.levers)
+    print(f"first arm: {first.kind} ({first.why})")
+    print("then, one change each, in this order:")
+    for i, (_, lever, value, why) in enumerate(candidates(st, camp.levers)[: ns.show], 1):
+        from arms.shape import format_value
+
+        print(f"  {i:2d}. {lever} -> {format_value(value)}  ({why})")
+    return 0
+
+
+def cmd_run(ns) -> int:
+    from tuner.daemon import run_campaign
+
+    return run_campaign(ns)
+
+
+def cmd_status(ns) -> int:
+    from tuner.daemon import print_status
+
+    return print_status(ns)
+
+
 # -- demo ----------------------------------------------------------------------------------
 def cmd_demo(ns) -> int:
     from tuner.demo import run_demo
@@ -208,6 +245,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sweep", action="store_true", help="also run the concurrency sweep (goodput at the SLO)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_measure)
+
+    s = sub.add_parser("check", help="validate a campaign, pin its image digest, print the arms it would run first")
+    s.add_argument("campaign")
+    s.add_argument("--show", type=int, default=12, help="how many first arms to list")
+    s.set_defaults(fn=cmd_check)
+
+    s = sub.add_parser("run", help="run a campaign until its deadline or arm budget (resumes after a crash)")
+    s.add_argument("campaign")
+    s.add_argument("--max-arms", type=int, default=None, help="stop after this many arms in all")
+    s.add_argument("--force-resume", action="store_true", help="continue a folder written by a different campaign file")
+    s.add_argument("--detach", action="store_true", help="run in the background; output goes to the campaign folder")
+    s.add_argument("--simulated", action="store_true",
+                   help="run against the landscape in simulated time (no podman): a night in seconds")
+    s.add_argument("--quiet", action="store_true", help="no live table, log lines only")
+    s.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("status", help="what a campaign has done and what is running")
+    s.add_argument("campaign", help="campaign YAML file or campaign folder")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_status)
 
     s = sub.add_parser("demo", help="boot the simulated engine in podman by digest and measure one completion")
     s.add_argument("--podman", default=None)

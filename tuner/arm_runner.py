@@ -1,0 +1,123 @@
+"""Run one arm of a campaign: boot, measure (pruning hopeless arms after the first depth),
+quality guard, constraints, verdict. Returns the record the journal keeps; never parses logs
+itself (arms/ does) and never decides what to run next (tuner/search does)."""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from arms import quality
+from arms.boot import BootLimits, boot_arm
+from arms.host import Host
+from arms.lifecycle import crashpoint
+from arms.measure import Measurement, MeasurePlan, measure_engine
+from arms.profiles import EngineProfile
+from arms.prompts import api_from_profile
+from arms.shape import Shape
+
+from .verdict import Constraints, NoiseBand, Objective, Score, judge
+
+log = logging.getLogger("tuner.arm")
+
+
+def _merge(first: Measurement, rest: Measurement) -> Measurement:
+    depths = {**first.depths, **rest.depths}
+    bad = first.outcome == "invalid" or rest.outcome == "invalid"
+    return replace(rest, depths=depths, outcome="invalid" if bad else "measured",
+                   reason=first.reason or rest.reason, wall_s=(first.wall_s or 0) + (rest.wall_s or 0))
+
+
+class ArmRunner:
+    def __init__(self, host: Host, profile: EngineProfile, *, campaign: str, folder: Path, plan: MeasurePlan,
+                 limits: BootLimits, objective: Objective, constraints: Constraints, min_effect: float = 0.02,
+                 prune_below: float = 0.30, extra_env: dict | None = None):
+        self.host, self.profile, self.campaign, self.folder = host, profile, campaign, Path(folder)
+        self.plan, self.limits, self.objective, self.constraints = plan, limits, objective, constraints
+        self.min_effect, self.prune_below, self.extra_env = min_effect, prune_below, extra_env
+        self.api = api_from_profile(profile)
+
+    def arm_folder(self, n: int) -> Path:
+        return self.folder / "arms" / f"{n:04d}"
+
+    def reference(self, arm_n: int | None) -> Measurement | None:
+        if arm_n is None:
+            return None
+        p = self.arm_folder(arm_n) / "measure.json"
+        return Measurement.from_dict(json.loads(p.read_text())) if p.exists() else None
+
+    def run(self, n: int, shape: Shape, *, kind: str, change: tuple | None, numerics: str,
+            incumbent: Score | None, incumbent_depths: dict | None, band: NoiseBand,
+            reference_arm: int | None) -> dict:
+        folder = self.arm_folder(n)
+        changes = {change[0]: change[1]} if change else {}
+        t0 = self.host.now()
+        rec: dict = {"arm": n, "kind": kind}
+        with boot_arm(self.host, shape, self.profile, campaign=self.campaign, arm=n, folder=folder,
+                      changes=changes, limits=self.limits, extra_env=self.extra_env) as (boot, b):
+            rec["boot"] = {"outcome": boot.outcome, "boot_s": round(boot.boot_s, 3),
+                           "evidence": list(boot.report.evidence[:3]), "flags_not_applied": boot.not_applied,
+                           "report": boot.report.to_dict()}
+            if boot.outcome != "ready":
+                rec["verdict"] = f"boot-failed:{boot.outcome}"
+                log.info("[arm %s VERDICT %s] %s", n, rec["verdict"], (boot.report.evidence or ("",))[0][:160])
+                return self._finish(rec, t0, folder)
+            crashpoint("booted", n)
+            t_measure = self.host.now()
+            plan = replace(self.plan, max_model_len=boot.report.max_model_len or self.plan.max_model_len)
+            with self.host.http_client(b.cid, timeout=plan.run_timeout_s) as http:
+                first = measure_engine(b.base_url, replace(plan, depths=plan.depths[:1]), self.api, http=http,
+                                       clock=self.host.now)
+                crashpoint("measuring", n)
+                pruned = self._prune(first, incumbent_depths, plan.depths[0], kind)
+                m = first if (pruned or len(plan.depths) == 1) else _merge(
+                    first, measure_engine(b.base_url, replace(plan, depths=plan.depths[1:], warm_tokens=0), self.api,
+                                          http=http, clock=self.host.now))
+            rec["measure_s"] = round(self.host.now() - t_measure, 3)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "measure.json").write_text(json.dumps(m.to_dict(include_text=True), indent=1))
+        mdict = m.to_dict()
+        rec["measurement"] = mdict
+        q = quality.check(self.reference(reference_arm), m, numerics)
+        rec["quality"] = q.to_dict()
+        viol = self.constraints.violations(rec["boot"] | {"boot_s": boot.boot_s})
+        obj = self.objective.value(mdict) if not pruned else None
+        score = Score(feasible=not viol, violation=sum(viol.values()), objective=obj)
+        rec["score"] = {"feasible": score.feasible, "violation": round(score.violation, 6), "objective": obj}
+        rec["violations"] = viol
+        if q.verdict == "corrupt":
+            rec["verdict"] = "corrupt"
+        elif m.outcome != "measured":
+            rec["verdict"] = "invalid"
+            rec["reason"] = m.reason
+        elif pruned:
+            rec["verdict"] = "worse"
+            rec["reason"] = pruned
+        elif kind in ("baseline", "recheck") or incumbent is None:
+            rec["verdict"] = kind if kind in ("baseline", "recheck") else "measured"
+        else:
+            j = judge(score, incumbent, band, self.min_effect)
+            rec["verdict"], rec["delta"], rec["threshold"] = j.verdict, j.delta, j.threshold
+            if j.reason:
+                rec["reason"] = j.reason
+        log.info("[arm %s VERDICT %s] objective %s%s", n, rec["verdict"],
+                 "n/a" if obj is None else f"{obj:.2f}",
+                 f" ({rec['delta']:+.1%} vs incumbent, band ±{rec['threshold']:.1%})" if rec.get("delta") is not None else "")
+        return self._finish(rec, t0, folder)
+
+    def _prune(self, first: Measurement, inc_depths: dict | None, depth: int, kind: str) -> str | None:
+        if kind != "probe" or not inc_depths or first.outcome != "measured":
+            return None
+        mine = first.depths[depth].median_decode_tok_s
+        theirs = (inc_depths.get(str(depth)) or {}).get("median_decode_tok_s")
+        if mine is None or not theirs:
+            return None
+        if mine < (1 - self.prune_below) * theirs:
+            return f"pruned after depth {depth}: {mine:.2f} vs incumbent {theirs:.2f} tok/s"
+        return None
+
+    def _finish(self, rec: dict, t0: float, folder: Path) -> dict:
+        rec["arm_s"] = round(self.host.now() - t0, 3)
+        rec["folder"] = str(folder)
+        return rec

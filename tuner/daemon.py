@@ -1,0 +1,203 @@
+"""`tuner run` and `tuner status`: the daemon around CampaignLoop — host choice, deadline,
+signals, detaching, sd_notify, the live view, and reading a campaign folder back."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from arms.errors import ConfigError
+
+log = logging.getLogger("tuner.daemon")
+
+
+def sd_notify(msg: str) -> bool:
+    """sd_notify(3) without libsystemd: READY=1, STATUS=..., WATCHDOG=1."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return False
+    if addr[0] == "@":
+        addr = "\0" + addr[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.connect(addr)
+            s.sendall(msg.encode())
+        return True
+    except OSError:
+        return False
+
+
+def _detach(ns) -> int:
+    from tuner.campaign import load_campaign
+
+    camp = load_campaign(ns.campaign)
+    camp.folder.mkdir(parents=True, exist_ok=True)
+    out = open(camp.folder / "daemon.log", "ab")
+    argv = [sys.executable, "-m", "tuner.cli", "run", ns.campaign, "--quiet"]
+    for flag in ("force_resume", "simulated"):
+        if getattr(ns, flag):
+            argv.append("--" + flag.replace("_", "-"))
+    if ns.max_arms:
+        argv += ["--max-arms", str(ns.max_arms)]
+    p = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
+    print(f"campaign {camp.name} running in the background as pid {p.pid}; log: {camp.folder / 'daemon.log'}; "
+          f"`tuner status {ns.campaign}` reads its journal")
+    return 0
+
+
+def _host_and_shape(camp, simulated: bool):
+    from arms.profiles import load_profile
+
+    profile = load_profile(camp.engine, camp.profile_overrides or None)
+    if simulated:
+        from host.simhost import SimHost
+
+        host = SimHost.for_campaign(camp)
+    else:
+        from host.podman_host import PodmanHost
+
+        host = PodmanHost(camp.podman)
+    info = host.resolve_image(camp.baseline.image)
+    return host, profile, info
+
+
+def run_campaign(ns) -> int:
+    if ns.detach:
+        return _detach(ns)
+    from tuner.campaign import check_paths, load_campaign
+    from tuner.loop import CampaignLoop, deadline_from
+
+    camp = load_campaign(ns.campaign)
+    host, profile, info = _host_and_shape(camp, ns.simulated)
+    baseline = replace(camp.baseline, image=info.ref)
+    baseline.validate_image()
+    if not ns.simulated:
+        check_paths(baseline)
+    camp = replace(camp, baseline=baseline)
+    deadline = deadline_from(camp.search.budget, host.now())
+    max_arms = ns.max_arms or camp.search.budget.max_arms
+    view = None if ns.quiet or not sys.stderr.isatty() else _LiveView(camp)
+
+    def on_arm(st, end):
+        msg = f"STATUS=arm {max(st.arms)} {end.get('verdict')}; incumbent {st.incumbent.key()}"
+        sd_notify(msg)
+        sd_notify("WATCHDOG=1")
+        if view:
+            view.update(st)
+
+    loop = CampaignLoop(camp, host, profile, deadline=deadline, max_arms=max_arms,
+                        force_resume=ns.force_resume, on_arm=on_arm)
+    (camp.folder / "daemon.pid").write_text(str(os.getpid()))
+    sd_notify("READY=1")
+    try:
+        if view:
+            with view:
+                summary = loop.run()
+        else:
+            summary = loop.run()
+    finally:
+        try:
+            (camp.folder / "daemon.pid").unlink()
+        except FileNotFoundError:
+            pass
+    print(f"campaign {camp.name}: {summary.reason}; {summary.arms} arms; incumbent {summary.incumbent_key} "
+          f"(objective {summary.incumbent_objective if summary.incumbent_objective is None else round(summary.incumbent_objective, 2)}); "
+          f"{summary.moves} incumbent moves")
+    return 0
+
+
+class _LiveView:
+    """rich live table: current arm, ETA of the night, arms so far."""
+
+    def __init__(self, camp):
+        from rich.live import Live
+
+        self.camp = camp
+        self.live = Live(refresh_per_second=2, transient=False)
+
+    def __enter__(self):
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.live.__exit__(*exc)
+
+    def update(self, st) -> None:
+        self.live.update(arms_table(st, last=15))
+
+
+def arms_table(st, last: int | None = None):
+    from rich.table import Table
+
+    t = Table(title=f"incumbent {st.incumbent.key()}  ·  {len(st.arms)} arms", expand=False)
+    for col in ("arm", "kind", "change", "verdict", "objective", "Δ vs incumbent", "boot s"):
+        t.add_column(col)
+    arms = sorted(st.arms.values(), key=lambda a: a.n)
+    for a in arms[-last:] if last else arms:
+        e = a.end or {}
+        obj = (e.get("score") or {}).get("objective")
+        t.add_row(str(a.n), a.kind, change_text(a.change), e.get("verdict") or "running",
+                  "" if obj is None else f"{obj:.2f}",
+                  "" if e.get("delta") is None else f"{e['delta']:+.1%}",
+                  "" if not e.get("boot") else f"{e['boot'].get('boot_s', 0):.0f}")
+    return t
+
+
+def change_text(change) -> str:
+    from arms.shape import format_value
+
+    return "—" if not change else f"{change[0]} → {format_value(change[1])}"
+
+
+def _folder(arg: str) -> Path:
+    p = Path(arg)
+    if p.is_dir():
+        return p
+    from tuner.campaign import load_campaign
+
+    return load_campaign(arg).folder
+
+
+def print_status(ns) -> int:
+    from tuner.journal import Journal
+    from tuner.state import replay
+
+    folder = _folder(ns.campaign)
+    jpath = folder / "journal.jsonl"
+    if not jpath.exists():
+        raise ConfigError(f"{folder} holds no journal.jsonl: the campaign has not run yet")
+    records = Journal(jpath).records
+    start = next((r for r in records if r["op"] == "campaign_start"), None)
+    if start is None:
+        raise ConfigError(f"{jpath} has no campaign_start record")
+    from arms.shape import Shape
+
+    st = replay(records, Shape.from_dict(start["baseline"]))
+    pid = None
+    pidf = folder / "daemon.pid"
+    if pidf.exists():
+        try:
+            pid = int(pidf.read_text())
+            os.kill(pid, 0)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pid = None
+    running = [a for a in st.open_arms]
+    if ns.json:
+        print(json.dumps({"folder": str(folder), "arms": len(st.arms), "daemon_pid": pid,
+                          "running_arm": running[0].n if running and pid else None,
+                          "incumbent": st.incumbent.key(), "ended": (st.ended or {}).get("reason")}, indent=1))
+        return 0
+    from rich.console import Console
+
+    Console().print(arms_table(st))
+    if pid and running:
+        print(f"running: arm {running[0].n} ({running[0].kind}, {change_text(running[0].change)}) in daemon pid {pid}")
+    elif running:
+        print(f"arm {running[0].n} was interrupted (no daemon alive): `tuner run` resumes it")
+    print(f"ended: {(st.ended or {}).get('reason', 'not yet')}")
+    return 0

@@ -1,0 +1,160 @@
+"""Objectives, constraints, the noise band and verdicts. Pure functions over plain data.
+
+An arm's *score* orders shapes: a shape that meets every constraint beats one that does not;
+among shapes that miss, the smaller violation wins; among shapes that meet them, the higher
+objective wins. An arm is ``better`` only when its objective beats the incumbent's by more
+than max(noise band, minimum effect) — and the campaign then confirms it with a second boot.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from arms.errors import ConfigError
+
+OBJECTIVES = ("decode_geomean", "decode@DEPTH", "goodput_at_slo")
+
+
+@dataclass(frozen=True)
+class Objective:
+    kind: str = "decode_geomean"      # decode_geomean | decode | goodput_at_slo
+    depth: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Objective":
+        if text == "decode_geomean" or text == "goodput_at_slo":
+            return cls(text)
+        if text.startswith("decode@"):
+            try:
+                return cls("decode", int(text.split("@", 1)[1]))
+            except ValueError:
+                pass
+        raise ConfigError(f"objective {text!r} is not one of decode_geomean, decode@DEPTH (e.g. decode@4064), goodput_at_slo")
+
+    def __str__(self) -> str:
+        return f"decode@{self.depth}" if self.kind == "decode" else self.kind
+
+    def value(self, measurement: dict | None) -> float | None:
+        """The objective from a measurement's to_dict(); None when it cannot be computed."""
+        if not measurement:
+            return None
+        if self.kind == "goodput_at_slo":
+            sw = measurement.get("sweep") or {}
+            return sw.get("goodput_at_slo")
+        depths = measurement.get("depths") or {}
+        if self.kind == "decode":
+            d = depths.get(str(self.depth)) or depths.get(self.depth) or {}
+            return d.get("median_decode_tok_s")
+        vals = [d.get("median_decode_tok_s") for d in depths.values()]
+        if not vals or any(v is None or v <= 0 for v in vals):
+            return None
+        return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+@dataclass(frozen=True)
+class Constraints:
+    concurrency_tokens: int | None = None     # max_concurrency_at.tokens
+    concurrency_min: float | None = None      # max_concurrency_at.min
+    boot_seconds_max: float | None = None
+    min_slots: int | None = None
+
+    @classmethod
+    def from_mapping(cls, d: dict | None, where: str) -> "Constraints":
+        d = dict(d or {})
+        known = {"max_concurrency_at", "boot_seconds_max", "min_slots"}
+        for k in d:
+            if k not in known:
+                raise ConfigError(f"{where}: key 'constraints.{k}': unknown constraint (known: {', '.join(sorted(known))})")
+        mc = d.get("max_concurrency_at") or {}
+        if mc and (not isinstance(mc, dict) or set(mc) != {"tokens", "min"}):
+            raise ConfigError(f"{where}: key 'constraints.max_concurrency_at': give {{tokens: N, min: X}}")
+        try:
+            return cls(concurrency_tokens=int(mc["tokens"]) if mc else None,
+                       concurrency_min=float(mc["min"]) if mc else None,
+                       boot_seconds_max=float(d["boot_seconds_max"]) if "boot_seconds_max" in d else None,
+                       min_slots=int(d["min_slots"]) if "min_slots" in d else None)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: key 'constraints': values must be numbers") from None
+
+    def describe(self) -> list[str]:
+        out = []
+        if self.concurrency_tokens:
+            out.append(f"max concurrency >= {self.concurrency_min:g}x at {self.concurrency_tokens:,} tokens")
+        if self.boot_seconds_max:
+            out.append(f"boot <= {self.boot_seconds_max:g} s")
+        if self.min_slots:
+            out.append(f"arena >= {self.min_slots:,} slots")
+        return out
+
+    def violations(self, boot: dict) -> dict[str, float]:
+        """Relative shortfall per violated constraint (0 = met) from a BootResult.to_dict()."""
+        rep = boot.get("report") or {}
+        out: dict[str, float] = {}
+        if self.concurrency_tokens:
+            max_len = rep.get("max_concurrency_len") or rep.get("max_model_len") or 0
+            pool = rep.get("kv_pool_tokens") or 0
+            conc = pool / self.concurrency_tokens if max_len >= self.concurrency_tokens else 0.0
+            if conc + 1e-9 < self.concurrency_min:
+                out["max_concurrency_at"] = (self.concurrency_min - conc) / self.concurrency_min
+        if self.boot_seconds_max and (boot.get("boot_s") or 0) > self.boot_seconds_max:
+            out["boot_seconds_max"] = (boot["boot_s"] - self.boot_seconds_max) / self.boot_seconds_max
+        slots = (rep.get("plan") or {}).get("slots")
+        if self.min_slots and slots is not None and slots < self.min_slots:
+            out["min_slots"] = (self.min_slots - slots) / self.min_slots
+        return out
+
+
+@dataclass(frozen=True)
+class Score:
+    """Orders arms: (meets constraints, -violation, objective)."""
+
+    feasible: bool
+    violation: float
+    objective: float | None
+
+    def key(self) -> tuple:
+        return (self.feasible, -round(self.violation, 6), self.objective or 0.0)
+
+
+@dataclass(frozen=True)
+class NoiseBand:
+    samples: tuple[float, ...] = ()
+
+    @property
+    def relative(self) -> float:
+        """Half the relative range of the incumbent's re-measures (0 with fewer than two)."""
+        if len(self.samples) < 2:
+            return 0.0
+        med = statistics.median(self.samples)
+        return (max(self.samples) - min(self.samples)) / 2 / med if med else 0.0
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str                  # better | parity | worse
+    delta: float | None           # relative objective change vs the incumbent
+    threshold: float
+    reason: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def judge(arm: Score, incumbent: Score, band: NoiseBand, min_effect: float = 0.02) -> Judgement:
+    threshold = max(band.relative, min_effect)
+    if arm.feasible != incumbent.feasible:
+        v = "better" if arm.feasible else "worse"
+        return Judgement(v, None, threshold, "meets the constraints" if arm.feasible else "breaks a constraint")
+    if not arm.feasible:
+        gain = incumbent.violation - arm.violation
+        if gain > 1e-6:
+            return Judgement("better", None, threshold, f"constraint shortfall {incumbent.violation:.0%} -> {arm.violation:.0%}")
+        if gain < -1e-6:
+            return Judgement("worse", None, threshold, f"constraint shortfall {incumbent.violation:.0%} -> {arm.violation:.0%}")
+    if arm.objective is None or incumbent.objective is None or incumbent.objective <= 0:
+        return Judgement("worse" if arm.objective is None else "parity", None, threshold, "no objective to compare")
+    delta = arm.objective / incumbent.objective - 1
+    if delta > threshold:
+        return Judgement("better", delta, threshold)
+    if delta < -threshold:
+        return Judgement("worse", delta, threshold)
+    return Judgement("parity", delta, threshold)
