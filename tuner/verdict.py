@@ -95,6 +95,9 @@ class Constraints:
             max_len = rep.get("max_concurrency_len") or rep.get("max_model_len") or 0
             pool = rep.get("kv_pool_tokens") or 0
             conc = pool / self.concurrency_tokens if max_len >= self.concurrency_tokens else 0.0
+            if rep.get("max_concurrency") is not None and max_len == self.concurrency_tokens:
+                conc = rep["max_concurrency"]          # the engine's own figure, as it prints it
+            conc = round(conc, 2)                      # engines print %.2fx; the contract is in those units
             if conc + 1e-9 < self.concurrency_min:
                 out["max_concurrency_at"] = (self.concurrency_min - conc) / self.concurrency_min
         if self.boot_seconds_max and (boot.get("boot_s") or 0) > self.boot_seconds_max:

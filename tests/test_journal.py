@@ -1,0 +1,82 @@
+"""The campaign journal: fsync'd JSON lines, torn tail repaired, secrets redacted, replay."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from arms.errors import ConfigError
+from arms.shape import ABSENT, Shape
+from tuner.journal import Journal, redact, repair_tail
+from tuner.search import encode_value
+from tuner.state import replay
+
+IMG = "localhost/x@sha256:" + "a" * 64
+BASE = Shape.from_mapping({"image": IMG, "model": "/m", "args": {"expert-prefetch": 1, "max-num-seqs": 4}})
+
+
+def test_append_and_reopen(tmp_path):
+    j = Journal(tmp_path / "j.jsonl", clock=lambda: 100.0)
+    j.append("campaign_start", campaign_hash="h")
+    j.append("note", text="x")
+    again = Journal(tmp_path / "j.jsonl")
+    assert [r["op"] for r in again.records] == ["campaign_start", "note"]
+    assert [r["seq"] for r in again.records] == [0, 1]
+    assert again.append("note", text="y")["seq"] == 2
+
+
+def test_torn_last_line_is_cut_and_appends_stay_loadable(tmp_path):
+    p = tmp_path / "j.jsonl"
+    j = Journal(p)
+    j.append("campaign_start", campaign_hash="h")
+    with open(p, "ab") as f:
+        f.write(b'{"op":"arm_start","seq":1,"arm":0,"ki')       # kill -9 mid-write
+    j2 = Journal(p)
+    assert j2.repaired > 0 and len(j2.records) == 1
+    j2.append("note", text="after")
+    assert [json.loads(line)["op"] for line in p.read_text().splitlines()] == ["campaign_start", "note"]
+
+
+def test_repair_tail_on_a_file_without_any_newline(tmp_path):
+    p = tmp_path / "o.journal"
+    p.write_bytes(b'{"torn": tr')
+    assert repair_tail(p) == len(b'{"torn": tr') and p.read_bytes() == b""
+    assert repair_tail(tmp_path / "missing") == 0
+
+
+def test_a_corrupt_middle_line_is_a_clear_error(tmp_path):
+    p = tmp_path / "j.jsonl"
+    p.write_text('{"op":"note","seq":0}\nnot json\n{"op":"note","seq":2}\n')
+    with pytest.raises(ConfigError, match=r"j.jsonl:2: journal line is not JSON"):
+        Journal(p)
+
+
+def test_secrets_are_redacted_everywhere():
+    rec = redact({"shape": {"env": [["HF_TOKEN", "hf_secret"], ["R4D_LRU_UVA_TOKENS", "2048"]]},
+                  "x": {"env": {"API_KEY": "k", "GPU_MAX_HW_QUEUES": "2"}}})
+    assert rec["shape"]["env"] == [["HF_TOKEN", "***"], ["R4D_LRU_UVA_TOKENS", "2048"]]
+    assert rec["x"]["env"] == {"API_KEY": "***", "GPU_MAX_HW_QUEUES": "2"}
+
+
+def _arm(j, n, kind, shape, change=None, inc=BASE, **end):
+    j.append("arm_start", arm=n, kind=kind, shape=shape.to_dict(),
+             change=[change[0], encode_value(change[1])] if change else None, incumbent=inc.key(), trial=n)
+    if end:
+        j.append("arm_end", arm=n, kind=kind, **end)
+
+
+def test_replay_rebuilds_incumbent_samples_and_open_arms(tmp_path):
+    j = Journal(tmp_path / "j.jsonl")
+    j.append("campaign_start", campaign_hash="h")
+    sc = lambda o: {"feasible": True, "violation": 0.0, "objective": o}  # noqa: E731
+    _arm(j, 0, "baseline", BASE, verdict="baseline", score=sc(26.0))
+    off = BASE.with_change("expert-prefetch", ABSENT)
+    _arm(j, 1, "probe", off, ("expert-prefetch", ABSENT), verdict="better", score=sc(39.0), delta=0.5)
+    _arm(j, 2, "confirm", off, ("expert-prefetch", ABSENT), verdict="better", score=sc(39.4), delta=0.51)
+    j.append("incumbent", arm=2, shape=off.to_dict(), score=sc(39.4), samples=[39.0, 39.4])
+    _arm(j, 3, "probe", off.with_change("max-num-seqs", 3), ("max-num-seqs", 3), inc=off)   # no end: a crash
+    st = replay(j.records, BASE)
+    assert st.incumbent == off and st.incumbent_arm == 2 and st.samples == [39.0, 39.4]
+    assert [a.n for a in st.open_arms] == [3]
+    assert st.arms[1].change == ("expert-prefetch", ABSENT)
+    assert st.next_n == 4

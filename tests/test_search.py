@@ -1,0 +1,103 @@
+"""The one-change policy over replayed state (pure: no I/O, no clock)."""
+from __future__ import annotations
+
+from arms.shape import ABSENT, Lever, Shape
+from tuner.journal import Journal
+from tuner.search import candidates, encode_value, propose
+from tuner.state import replay
+
+IMG = "localhost/x@sha256:" + "b" * 64
+BASE = Shape.from_mapping({"image": IMG, "model": "/m", "args": {"expert-prefetch": 1, "max-num-seqs": 4},
+                           "env": {"R4D_LRU_GATHER_CHUNKS": 8}})
+LEVERS = {"expert-prefetch": Lever.from_spec("expert-prefetch", ["absent", 1, 2]),
+          "max-num-seqs": Lever.from_spec("max-num-seqs", [2, 3, 4]),
+          "env.R4D_LRU_GATHER_CHUNKS": Lever.from_spec("env.R4D_LRU_GATHER_CHUNKS", [8, 32])}
+SC = lambda o, f=True, v=0.0: {"feasible": f, "violation": v, "objective": o}  # noqa: E731
+
+
+class J:
+    def __init__(self, tmp_path):
+        self.j = Journal(tmp_path / "j.jsonl")
+        self.inc = BASE
+
+    def arm(self, kind, change=None, verdict="parity", obj=30.0, **extra):
+        n = len([r for r in self.j.records if r["op"] == "arm_start"])
+        shape = self.inc.with_change(*change) if change else self.inc
+        self.j.append("arm_start", arm=n, kind=kind, shape=shape.to_dict(), incumbent=self.inc.key(), trial=n,
+                      change=[change[0], encode_value(change[1])] if change else None)
+        self.j.append("arm_end", arm=n, kind=kind, verdict=verdict, score=SC(obj), **extra)
+        return n, shape
+
+    def move(self, n, shape, obj):
+        self.j.append("incumbent", arm=n, shape=shape.to_dict(), score=SC(obj), samples=[obj])
+        self.inc = shape
+
+    def state(self):
+        return replay(self.j.records, BASE)
+
+
+def test_first_the_baseline_then_every_neighbour_once(tmp_path):
+    j = J(tmp_path)
+    assert propose(j.state(), LEVERS).kind == "baseline"
+    j.arm("baseline", verdict="baseline", obj=26.0)
+    cands = candidates(j.state(), LEVERS)
+    assert [(c[1], c[2]) for c in cands] == [("expert-prefetch", ABSENT), ("expert-prefetch", 2),
+                                              ("max-num-seqs", 2), ("max-num-seqs", 3),
+                                              ("env.R4D_LRU_GATHER_CHUNKS", 32)]
+
+
+def test_a_win_is_confirmed_before_anything_else_and_then_neighbours_are_rejudged(tmp_path):
+    j = J(tmp_path)
+    j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("probe", ("max-num-seqs", 3), verdict="better", obj=27.0, delta=0.04)
+    p = propose(j.state(), LEVERS)
+    assert p.kind == "confirm" and p.change == ("max-num-seqs", 3)
+    n, shape = j.arm("confirm", ("max-num-seqs", 3), verdict="better", obj=27.1)
+    j.move(n, shape, 27.1)
+    st = j.state()
+    assert st.incumbent == shape
+    order = [(c[1], c[2], c[3]) for c in candidates(st, LEVERS)]
+    assert ("max-num-seqs", 3) not in [(o[0], o[1]) for o in order]          # the incumbent's own value
+
+
+def test_structural_failures_are_never_repeated_memory_ones_only_at_a_new_incumbent(tmp_path):
+    j = J(tmp_path)
+    j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("probe", ("max-num-seqs", 2), verdict="boot-failed:constraint-violation", obj=None)
+    j.arm("probe", ("env.R4D_LRU_GATHER_CHUNKS", 32), verdict="boot-failed:oom", obj=None)
+    j.arm("probe", ("expert-prefetch", ABSENT), verdict="better", obj=39.0, delta=0.5)
+    n, shape = j.arm("confirm", ("expert-prefetch", ABSENT), verdict="better", obj=39.2)
+    j.move(n, shape, 39.2)
+    cands = {(c[1], c[2]): c[3] for c in candidates(j.state(), LEVERS)}
+    assert ("max-num-seqs", 2) not in cands
+    assert cands[("env.R4D_LRU_GATHER_CHUNKS", 32)] == "memory failure at an earlier incumbent"
+    first = candidates(j.state(), LEVERS)[0]
+    assert first[3] == "untried"
+
+
+def test_recheck_every_k_arms(tmp_path):
+    j = J(tmp_path)
+    j.arm("baseline", verdict="baseline", obj=26.0)
+    for v in (2, 3):
+        j.arm("probe", ("max-num-seqs", v), verdict="worse", obj=25.0, delta=-0.04)
+    assert propose(j.state(), LEVERS, recheck_every=2).kind == "recheck"
+    assert propose(j.state(), LEVERS, recheck_every=3).kind == "probe"
+
+
+def test_an_interrupted_confirmation_is_confirmed_again(tmp_path):
+    j = J(tmp_path)
+    j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("probe", ("expert-prefetch", ABSENT), verdict="better", obj=39.0, delta=0.5)
+    j.arm("confirm", ("expert-prefetch", ABSENT), verdict="interrupted", obj=None)
+    p = propose(j.state(), LEVERS)
+    assert p.kind == "confirm" and p.change == ("expert-prefetch", ABSENT)
+
+
+def test_nothing_left_ends_the_search(tmp_path):
+    j = J(tmp_path)
+    j.arm("baseline", verdict="baseline", obj=26.0)
+    for lever, lv in LEVERS.items():
+        for v in lv.values:
+            if j.state().incumbent.value_of(lever) != v and not (v is ABSENT and j.state().incumbent.value_of(lever) is ABSENT):
+                j.arm("probe", (lever, v), verdict="worse", obj=20.0, delta=-0.2)
+    assert propose(j.state(), LEVERS, recheck_every=0) is None

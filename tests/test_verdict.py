@@ -1,0 +1,58 @@
+"""Objectives, constraints, noise band and verdicts (pure)."""
+from __future__ import annotations
+
+import pytest
+
+from arms.errors import ConfigError
+from tuner.verdict import Constraints, NoiseBand, Objective, Score, judge
+
+M = {"depths": {"166": {"median_decode_tok_s": 40.0}, "1087": {"median_decode_tok_s": 37.0},
+                "4064": {"median_decode_tok_s": 37.5}}}
+
+
+@pytest.mark.parametrize("text,value", [
+    ("decode_geomean", (40 * 37 * 37.5) ** (1 / 3)),
+    ("decode@1087", 37.0),
+    ("goodput_at_slo", None),
+])
+def test_objectives(text, value):
+    got = Objective.parse(text).value(M)
+    assert got == (pytest.approx(value) if value is not None else None)
+
+
+def test_bad_objective_names_the_choices():
+    with pytest.raises(ConfigError, match="decode@DEPTH"):
+        Objective.parse("tok/s")
+
+
+def test_geomean_is_none_when_a_depth_failed():
+    assert Objective.parse("decode_geomean").value({"depths": {"166": {"median_decode_tok_s": None}}}) is None
+
+
+def test_concurrency_constraint_from_the_kv_pool():
+    c = Constraints.from_mapping({"max_concurrency_at": {"tokens": 200704, "min": 1.99}}, "c.yaml")
+    ok = {"report": {"kv_pool_tokens": 399131, "max_concurrency_len": 200704}}
+    short = {"report": {"kv_pool_tokens": 272000, "max_concurrency_len": 200704}}
+    window = {"report": {"kv_pool_tokens": 900000, "max_concurrency_len": 32768}}   # cannot serve 200k at all
+    assert c.violations(ok) == {}
+    assert c.violations(short)["max_concurrency_at"] == pytest.approx((1.99 - round(272000 / 200704, 2)) / 1.99)
+    assert c.violations(window)["max_concurrency_at"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("arm,inc,samples,verdict", [
+    (Score(True, 0, 41.0), Score(True, 0, 40.0), (40.0,), "better"),          # +2.5 % > 2 % floor
+    (Score(True, 0, 40.6), Score(True, 0, 40.0), (40.0,), "parity"),          # +1.5 %
+    (Score(True, 0, 41.0), Score(True, 0, 40.0), (38.0, 42.0), "parity"),     # band ±5 % swallows it
+    (Score(True, 0, 37.0), Score(True, 0, 40.0), (40.0,), "worse"),
+    (Score(True, 0, 20.0), Score(False, 0.5, 40.0), (), "better"),            # meets the constraint
+    (Score(False, 0.2, 20.0), Score(False, 0.5, 40.0), (), "better"),         # smaller shortfall
+    (Score(False, 0.7, 80.0), Score(False, 0.5, 40.0), (), "worse"),
+    (Score(True, 0, None), Score(True, 0, 40.0), (), "worse"),
+])
+def test_judge(arm, inc, samples, verdict):
+    assert judge(arm, inc, NoiseBand(samples)).verdict == verdict
+
+
+def test_noise_band_is_half_the_relative_range():
+    assert NoiseBand((38.0, 40.0, 42.0)).relative == pytest.approx(0.05)
+    assert NoiseBand((40.0,)).relative == 0.0
