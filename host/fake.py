@@ -43,6 +43,8 @@ class FakeHost(RealTime):
         self.calls: list[tuple[str, str]] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self.units: dict[str, str] = {}          # unit -> active | inactive | failed (and "+masked")
+        self.unit_calls: list[tuple[str, str]] = []
 
     def resolve_image(self, ref: str) -> ImageInfo:
         self.calls.append(("resolve_image", ref))
@@ -129,3 +131,24 @@ class FakeHost(RealTime):
             if all(have.get(k) == v for k, v in want.items()):
                 out.append((cid, have))
         return out
+
+    def unit(self, name: str, action: str) -> str:
+        """Recorded unit control: a unit starts as whatever ``units`` says (default inactive)."""
+        self.unit_calls.append((name, action))
+        state = self.units.get(name, "inactive")
+        masked = state.endswith("+masked")
+        base = state.split("+")[0]
+        if action == "is-active":
+            return base
+        if action == "stop":
+            base = "inactive"
+        elif action in ("start", "restart"):
+            if masked:
+                raise HostError(f"`systemctl {action} {name}` failed (1): Unit {name} is masked.")
+            base = "active"
+        elif action == "mask-runtime":
+            masked = True
+        elif action == "unmask-runtime":
+            masked = False
+        self.units[name] = base + ("+masked" if masked else "")
+        return "ok"

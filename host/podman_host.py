@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from arms.errors import ConfigError, HostError
-from arms.host import LABEL_MANAGED, RealTime, ContainerSpec, ContainerState, ImageInfo, LogFollower
+from arms.host import LABEL_MANAGED, RealTime, Systemctl, ContainerSpec, ContainerState, ImageInfo, LogFollower
 
 log = logging.getLogger("tuner.host.podman")
 
@@ -23,7 +23,7 @@ def socket_url(explicit: str | None = None) -> str | None:
     return explicit or os.environ.get("CONTAINER_HOST") or None
 
 
-class PodmanHost(RealTime):
+class PodmanHost(RealTime, Systemctl):
     def __init__(self, url: str | None = None):
         from podman import PodmanClient
 

@@ -157,3 +157,66 @@ def test_kill_9_anywhere_resumes_with_nothing_lost_or_duplicated(tmp_path, sim_i
     # the campaign still reached the right incumbent: prefetch off
     moves = [x for x in recs if x["op"] == "incumbent"]
     assert moves and "expert-prefetch" not in dict(moves[-1]["shape"]["args"])
+
+
+def test_sigterm_ends_the_arm_removes_its_container_and_journals_it(tmp_path, sim_image, podman_host):
+    slow_env = {**BASE_ENV, "SIMENGINE_TIME_SCALE": 1.0}         # a boot of minutes: SIGTERM lands mid-boot
+    data = yaml.safe_load(open(campaign(tmp_path, sim_image, "term", levers=SMALL)))
+    data["baseline"]["env"] = slow_env
+    path = tmp_path / "term2.yaml"
+    path.write_text(yaml.safe_dump(data))
+    p = subprocess.Popen([sys.executable, "-m", "tuner.cli", "run", str(path), "--quiet"], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not podman_host.list_managed({LABEL_CAMPAIGN: "term"}):
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode != 0
+    recs = records(tmp_path, "term")
+    assert [x["verdict"] for x in recs if x["op"] == "arm_end"] == ["interrupted"]
+    assert recs[-1]["op"] == "campaign_end" and "signal" in recs[-1]["reason"]
+    assert podman_host.list_managed({LABEL_CAMPAIGN: "term"}) == []
+
+
+def test_a_folder_of_a_different_campaign_file_is_refused(tmp_path, sim_image):
+    path = campaign(tmp_path, sim_image, "same-name", levers=SMALL, budget={"max_arms": 1})
+    assert tuner("run", path, "--quiet").returncode == 0
+    data = yaml.safe_load(open(path))
+    data["levers"]["max-num-seqs"] = [3, 4]
+    open(path, "w").write(yaml.safe_dump(data))
+    r = tuner("run", path, "--quiet")
+    assert r.returncode == 2
+    assert "written by a different campaign file" in r.stderr and "levers" in r.stderr
+    assert tuner("run", path, "--quiet", "--force-resume").returncode == 0
+
+
+def test_sd_notify_and_detach(tmp_path, sim_image):
+    import socket
+
+    sock_path = str(tmp_path / "notify.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(sock_path)
+    s.settimeout(60)
+    path = campaign(tmp_path, sim_image, "notify", levers=SMALL, budget={"max_arms": 2})
+    r = tuner("run", path, "--quiet", env={"NOTIFY_SOCKET": sock_path})
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = []
+    s.settimeout(0.5)
+    try:
+        while True:
+            got.append(s.recv(4096).decode())
+    except socket.timeout:
+        pass
+    assert got[0] == "READY=1" and any(m.startswith("STATUS=arm 1") for m in got) and "WATCHDOG=1" in got
+    # --detach returns at once; the daemon writes its pid and status reads the journal
+    path2 = campaign(tmp_path, sim_image, "detached", levers=SMALL, budget={"max_arms": 3})
+    r = tuner("run", path2, "--detach")
+    assert r.returncode == 0 and "running in the background" in r.stdout
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        st = json.loads(tuner("status", path2, "--json").stdout or "{}") if (tmp_path / "journal" / "detached" / "journal.jsonl").exists() else {}
+        if st.get("ended"):
+            break
+        time.sleep(1)
+    assert st.get("arms") == 3 and st.get("ended", "").startswith("arm budget")

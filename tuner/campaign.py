@@ -66,6 +66,7 @@ class Campaign:
     profile_overrides: dict = field(default_factory=dict, repr=False)
     measure: Any = None            # arms.measure.MeasurePlan
     search: SearchPlan = SearchPlan()
+    production: Any = None         # tuner.guard.Production
 
     def lever(self, name: str) -> Lever:
         try:
@@ -73,6 +74,21 @@ class Campaign:
         except KeyError:
             known = ", ".join(sorted(self.levers)) or "none"
             raise ConfigError(f"{self.path}: unknown lever '{name}' (levers of this campaign: {known})") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for knode, _ in node.value:
+            key = self.construct_object(knode, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' is given twice (first on line {seen[key] + 1}); keep one",
+                    knode.start_mark)
+            seen[key] = knode.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 def _err(path: Path, key: str, why: str) -> ConfigError:
@@ -114,7 +130,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     except OSError as e:
         raise ConfigError(f"{p}: cannot read the campaign file: {e.strerror}") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
@@ -160,7 +176,13 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
         raise _err(p, "profile", "must be a mapping of engine-profile keys to override")
     return Campaign(path=p, name=name, engine=engine, podman=podman, baseline=baseline, levers=levers,
                     boot=boot, folder=folder, raw=raw, profile_overrides=prof, measure=_measure(p, raw),
-                    search=_search(p, raw))
+                    search=_search(p, raw), production=_production(p, raw))
+
+
+def _production(path: Path, raw: dict):
+    from tuner.guard import Production
+
+    return Production.from_mapping(raw.get("production"), str(path))
 
 
 NOISE_KEYS = {"recheck_every", "min_effect", "confirm", "prune_below"}

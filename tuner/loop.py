@@ -24,6 +24,7 @@ from arms.lifecycle import crashpoint, sweep_orphans
 from arms.profiles import EngineProfile
 
 from .arm_runner import ArmRunner
+from .guard import Guard
 from .journal import Journal, repair_tail
 from .search import Proposal, apply, encode_value, propose
 from .state import State, replay
@@ -138,6 +139,14 @@ class CampaignLoop:
 
     def run(self) -> Summary:
         st = self._start()
+        guard = Guard(self.camp.production, self.host, self.journal)
+        guard.enter()
+        try:
+            return self._loop(st)
+        finally:
+            guard.exit()
+
+    def _loop(self, st: State) -> Summary:
         arms_run = 0
         reason = "converged: no one-change neighbour left to try"
         while True:
