@@ -1,0 +1,69 @@
+"""Headroom to the link: bytes per token, effective gather rate, ceiling decode (pure)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from arms.expert_cache import load_report, report_from_texts
+from arms.headroom import Headroom, headroom, headroom_from, tokens_per_step
+
+FIX = Path(__file__).parent / "fixtures" / "telemetry"
+SLAB = 2_457_862
+MOVED = (15814 + 13364 + 36720) / 102            # seed 002 slabs per step per rank, prefetch on
+
+
+def test_tokens_per_step():
+    assert tokens_per_step() == 1.0
+    assert tokens_per_step(0.607, 4) == pytest.approx(3.428)
+    assert tokens_per_step(0.607, 4, mean_acceptance_length=2.5) == 2.5
+    assert tokens_per_step(0.6, 0) == 1.0                      # no spec decode
+
+
+def test_seed_prefetch_on_arithmetic():
+    h = headroom(slab_bytes=SLAB, slabs_per_step=MOVED, decode_tok_s=26.8, acceptance=0.607,
+                 spec_k=4, link_gbs=22.74, link_source="probe")
+    tps = 1 + 0.607 * 4
+    bytes_step = MOVED * SLAB
+    assert h.bytes_per_step == pytest.approx(bytes_step)
+    assert h.steps_per_s == pytest.approx(26.8 / tps)
+    assert h.bytes_per_token == pytest.approx(bytes_step / tps)
+    assert h.gather_gbs == pytest.approx(bytes_step * 26.8 / tps / 1e9)
+    assert h.ceiling_tok_s == pytest.approx(22.74e9 / bytes_step * tps)
+    assert h.reached == pytest.approx(h.gather_gbs / 22.74) == pytest.approx(h.link_share)
+    f = h.findings()
+    assert f[1].startswith(f"effective gather {h.gather_gbs:.1f} GB/s vs 22.7 GB/s the link delivers")
+    assert "link from probe" in f[1] and f[2].startswith("ceiling decode ~")
+    json.dumps(h.to_dict())
+
+
+def test_compute_time_lowers_the_ceiling():
+    wire = headroom(slab_bytes=SLAB, slabs_per_step=MOVED, decode_tok_s=12.11, link_gbs=22.74)
+    both = headroom(slab_bytes=SLAB, slabs_per_step=MOVED, decode_tok_s=12.11, link_gbs=22.74,
+                    compute_s_per_step=0.1)
+    assert both.ceiling_tok_s == pytest.approx(1 / (0.1 + MOVED * SLAB / 22.74e9))
+    assert both.ceiling_tok_s < wire.ceiling_tok_s and both.reached > wire.reached
+    assert "100 ms compute" in both.findings()[2]
+
+
+def test_without_a_link_figure_the_ceiling_is_na():
+    h = headroom(slab_bytes=SLAB, slabs_per_step=MOVED, decode_tok_s=26.8)
+    assert h.link_gbs is None and h.ceiling_tok_s is None and h.reached is None
+    assert h.link_source == "n/a" and "link bandwidth n/a" in h.findings()[1]
+    with pytest.raises(ValueError):
+        headroom(slab_bytes=0, slabs_per_step=1, decode_tok_s=1)
+
+
+def test_from_the_telemetry_report():
+    on = load_report(FIX / "full", ranks=2)
+    h = headroom_from(on, decode_tok_s=26.8, acceptance=0.607, spec_k=4, link_gbs=22.74)
+    assert isinstance(h, Headroom) and h.slabs_per_step == pytest.approx(MOVED) and h.slab_bytes == SLAB
+    off = load_report(FIX / "prefetch_off", ranks=2)
+    h_off = headroom_from(off, decode_tok_s=40.57, acceptance=0.54, spec_k=4, link_gbs=22.74)
+    assert h_off.bytes_per_token < h.bytes_per_token          # prefetch off moves fewer bytes/token
+    assert h_off.ceiling_tok_s > h.ceiling_tok_s
+    assert headroom_from(None, decode_tok_s=1.0) is None
+    assert headroom_from(on, decode_tok_s=None) is None
+    no_steps = report_from_texts({"expert_cache_rank0.json": '{"totals": {"routed": 1}}'})
+    assert headroom_from(no_steps, decode_tok_s=10.0, slab_bytes=SLAB) is None
