@@ -11,11 +11,14 @@ from pathlib import Path
 from arms import quality
 from arms.boot import BootLimits, boot_arm
 from arms.host import Host
+from arms.headroom import headroom_from
 from arms.lifecycle import crashpoint
+from arms.telemetry import apply_telemetry, expected_ranks, slab_bytes_from_plan, telemetry_window
 from arms.measure import Measurement, MeasurePlan, measure_engine
 from arms.profiles import EngineProfile
 from arms.prompts import api_from_profile
 from arms.shape import Shape
+from host.probes import for_container
 
 from .verdict import Constraints, NoiseBand, Objective, Score, judge
 
@@ -32,11 +35,14 @@ def _merge(first: Measurement, rest: Measurement) -> Measurement:
 class ArmRunner:
     def __init__(self, host: Host, profile: EngineProfile, *, campaign: str, folder: Path, plan: MeasurePlan,
                  limits: BootLimits, objective: Objective, constraints: Constraints, min_effect: float = 0.02,
-                 prune_below: float = 0.30, extra_env: dict | None = None):
+                 prune_below: float = 0.30, extra_env: dict | None = None, telemetry: bool = False,
+                 link_gbs: float | None = None, probe_interval_s: float = 2.0):
         self.host, self.profile, self.campaign, self.folder = host, profile, campaign, Path(folder)
         self.plan, self.limits, self.objective, self.constraints = plan, limits, objective, constraints
         self.min_effect, self.prune_below, self.extra_env = min_effect, prune_below, extra_env
         self.api = api_from_profile(profile)
+        self.telemetry, self.link_gbs, self.probe_interval_s = telemetry, link_gbs, probe_interval_s
+        self.last_boot = None
 
     def arm_folder(self, n: int) -> Path:
         return self.folder / "arms" / f"{n:04d}"
@@ -49,13 +55,15 @@ class ArmRunner:
 
     def run(self, n: int, shape: Shape, *, kind: str, change: tuple | None, numerics: str,
             incumbent: Score | None, incumbent_depths: dict | None, band: NoiseBand,
-            reference_arm: int | None) -> dict:
-        folder = self.arm_folder(n)
+            reference_arm: int | None, folder: Path | None = None) -> dict:
+        folder = folder or self.arm_folder(n)
         changes = {change[0]: change[1]} if change else {}
         t0 = self.host.now()
         rec: dict = {"arm": n, "kind": kind}
-        with boot_arm(self.host, shape, self.profile, campaign=self.campaign, arm=n, folder=folder,
+        boot_shape = apply_telemetry(shape, self.profile) if self.telemetry else shape
+        with boot_arm(self.host, boot_shape, self.profile, campaign=self.campaign, arm=n, folder=folder,
                       changes=changes, limits=self.limits, extra_env=self.extra_env) as (boot, b):
+            self.last_boot = boot
             rec["boot"] = {"outcome": boot.outcome, "boot_s": round(boot.boot_s, 3),
                            "evidence": list(boot.report.evidence[:3]), "flags_not_applied": boot.not_applied,
                            "report": boot.report.to_dict()}
@@ -66,7 +74,8 @@ class ArmRunner:
             crashpoint("booted", n)
             t_measure = self.host.now()
             plan = replace(self.plan, max_model_len=boot.report.max_model_len or self.plan.max_model_len)
-            with self.host.http_client(b.cid, timeout=plan.run_timeout_s) as http:
+            with self.host.http_client(b.cid, timeout=plan.run_timeout_s) as http, \
+                    for_container(self.host, b.cid, interval_s=self.probe_interval_s) as probes:
                 first = measure_engine(b.base_url, replace(plan, depths=plan.depths[:1]), self.api, http=http,
                                        clock=self.host.now)
                 crashpoint("measuring", n)
@@ -74,7 +83,10 @@ class ArmRunner:
                 m = first if (pruned or len(plan.depths) == 1) else _merge(
                     first, measure_engine(b.base_url, replace(plan, depths=plan.depths[1:], warm_tokens=0), self.api,
                                           http=http, clock=self.host.now))
-            rec["measure_s"] = round(self.host.now() - t_measure, 3)
+                rec["measure_s"] = round(self.host.now() - t_measure, 3)
+                if self.telemetry and not pruned and m.outcome == "measured":
+                    rec["telemetry"] = self._telemetry(b, http, boot, shape, m, folder)
+            rec["probes"] = probes.to_dict()
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "measure.json").write_text(json.dumps(m.to_dict(include_text=True), indent=1))
         mdict = m.to_dict()
@@ -94,7 +106,7 @@ class ArmRunner:
         elif pruned:
             rec["verdict"] = "worse"
             rec["reason"] = pruned
-        elif kind in ("baseline", "recheck") or incumbent is None:
+        elif kind in ("baseline", "recheck", "measure") or incumbent is None:
             rec["verdict"] = kind if kind in ("baseline", "recheck") else "measured"
         else:
             j = judge(score, incumbent, band, self.min_effect)
@@ -105,6 +117,24 @@ class ArmRunner:
                  "n/a" if obj is None else f"{obj:.2f}",
                  f" ({rec['delta']:+.1%} vs incumbent, band ±{rec['threshold']:.1%})" if rec.get("delta") is not None else "")
         return self._finish(rec, t0, folder)
+
+    def _telemetry(self, b, http, boot, shape: Shape, m: Measurement, folder: Path) -> dict:
+        tel = telemetry_window(self.host, b.cid, b.base_url, http, self.api, self.profile, depth=self.plan.depths[0],
+                               requests=3, max_tokens=min(128, self.plan.max_tokens), stop_timeout_s=120.0,
+                               dest_dir=folder / "telemetry", ranks=expected_ranks(shape),
+                               slab_bytes=slab_bytes_from_plan(boot.report.plan), clock=self.host.now,
+                               sleep=self.host.sleep)
+        out = tel.to_dict()
+        d0 = m.depths[self.plan.depths[0]]
+        spec = shape.value_of("speculative-config")
+        hr = headroom_from(tel.report, decode_tok_s=d0.median_decode_tok_s, acceptance=m.acceptance,
+                           spec_k=int(spec.get("num_speculative_tokens", 0)) if hasattr(spec, "get") else 0,
+                           mean_acceptance_length=m.mean_acceptance_length, link_gbs=self.link_gbs,
+                           link_source="campaign measure.link_gbs" if self.link_gbs else None)
+        if hr is not None:
+            out["headroom"] = hr.to_dict()
+        log.info("[arm %s TELEMETRY %s] %s", b.spec.name, tel.status, "; ".join(tel.findings()[:2]))
+        return out
 
     def _prune(self, first: Measurement, inc_depths: dict | None, depth: int, kind: str) -> str | None:
         if kind != "probe" or not inc_depths or first.outcome != "measured":

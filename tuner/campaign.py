@@ -22,7 +22,7 @@ TOP_KEYS = {"name", "engine", "podman", "baseline", "levers", "boot", "journal",
             "description"}
 BOOT_KEYS = {"timeout_s", "hang_s", "poll_s"}
 MEASURE_KEYS = {"depths", "runs", "warm_tokens", "max_tokens", "run_timeout_s", "idle_timeout_s",
-                "max_invalid_per_depth", "telemetry", "sweep"}
+                "max_invalid_per_depth", "telemetry", "sweep", "link_gbs", "probe_interval_s"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -67,6 +67,10 @@ class Campaign:
     measure: Any = None            # arms.measure.MeasurePlan
     search: SearchPlan = SearchPlan()
     production: Any = None         # tuner.guard.Production
+
+    @property
+    def telemetry(self) -> bool:
+        return bool((self.raw.get("measure") or {}).get("telemetry"))
 
     def lever(self, name: str) -> Lever:
         try:
@@ -235,7 +239,7 @@ def _measure(path: Path, raw: dict):
     for k in m:
         if k not in MEASURE_KEYS:
             raise _err(path, f"measure.{k}", f"unknown key (known: {', '.join(sorted(MEASURE_KEYS))})")
-    kw = {k: v for k, v in m.items() if k not in ("telemetry", "sweep")}
+    kw = {k: v for k, v in m.items() if k not in ("telemetry", "sweep", "link_gbs", "probe_interval_s")}
     if "depths" in kw:
         if not isinstance(kw["depths"], list):
             raise _err(path, "measure.depths", "must be a list of prompt lengths in tokens, e.g. [166, 1087, 4064]")

@@ -54,6 +54,9 @@ def _prepare(campaign_path: str, change_texts: list[str]):
 
     camp = load_campaign(campaign_path)
     profile = load_profile(camp.engine, camp.profile_overrides or None)
+    from arms.telemetry import check_telemetry
+
+    check_telemetry(profile, camp.telemetry, camp.baseline, where=f"{camp.path}: key 'measure.telemetry'")
     changes = {}
     for text in change_texts:
         name, value = parse_change(text, camp.levers)
@@ -146,9 +149,11 @@ def cmd_measure(ns) -> int:
         return _measure_and_print(ns.url.rstrip("/"), plan, api_from_profile(profile), ns)
     if not ns.campaign:
         raise ConfigError("give a campaign file, or --url http://HOST:PORT --profile NAME for a running engine")
-    from arms.boot import BootLimits, boot_arm
+    from arms.boot import BootLimits
     from arms.lifecycle import sweep_orphans
-    from tuner.render import boot_table
+    from tuner.arm_runner import ArmRunner
+    from tuner.render import arm_report, boot_table
+    from tuner.verdict import NoiseBand
 
     camp, profile, host, shape, changes = _prepare(ns.campaign, ns.change)
     plan = camp.measure
@@ -156,21 +161,25 @@ def cmd_measure(ns) -> int:
     sweep_orphans(host, camp.name)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     folder = camp.folder / "measures" / f"{stamp}-{shape.key()}"
-    limits = BootLimits(camp.boot.timeout_s, camp.boot.hang_s, camp.boot.poll_s)
+    mraw = camp.raw.get("measure") or {}
+    runner = ArmRunner(host, profile, campaign=camp.name, folder=camp.folder, plan=plan,
+                       limits=BootLimits(camp.boot.timeout_s, camp.boot.hang_s, camp.boot.poll_s),
+                       objective=camp.search.objective, constraints=camp.search.constraints,
+                       telemetry=camp.telemetry, link_gbs=mraw.get("link_gbs"),
+                       probe_interval_s=float(mraw.get("probe_interval_s", 2.0)))
     numerics = "changing" if any(camp.lever(n).numerics == "changing" for n in changes) else "preserving"
-    with boot_arm(host, shape, profile, campaign=camp.name, arm=f"measure-{stamp}", folder=folder,
-                  changes=changes, limits=limits) as (result, b):
-        if not ns.json:
-            print(boot_table(result, baseline=camp.baseline, changes=changes))
-            print()
-        if result.outcome != "ready":
-            if ns.json:
-                print(json.dumps({"boot": result.to_dict()}, indent=1, default=str))
-            return 1
-        plan = replace(plan, max_model_len=result.report.max_model_len or plan.max_model_len)
-        with host.http_client(b.cid, timeout=plan.run_timeout_s) as http:
-            return _measure_and_print(b.base_url, plan, api_from_profile(profile), ns, numerics, http=http,
-                                      clock=host.now)
+    change = next(iter(changes.items())) if len(changes) == 1 else None
+    rec = runner.run(0, shape, kind="measure", change=change, numerics=numerics, incumbent=None,
+                     incumbent_depths=None, band=NoiseBand(), reference_arm=None, folder=folder)
+    (folder / "arm.json").write_text(json.dumps(rec, indent=1, default=str))
+    if ns.json:
+        print(json.dumps(rec, indent=1, default=str))
+    else:
+        print(boot_table(runner.last_boot, baseline=camp.baseline, changes=changes))
+        print()
+        print(arm_report(rec))
+    ok = rec.get("verdict") == "measured"
+    return 0 if ok else 1
 
 
 # -- campaign: check, run, status -------------------------------------------------------------
@@ -179,9 +188,6 @@ def cmd_check(ns) -> int:
     from tuner.state import replay
 
     camp, profile, host, shape, _ = _prepare(ns.campaign, [])
-    if camp.raw.get("measure", {}).get("telemetry") and not profile.telemetry:
-        raise ConfigError(f"{camp.path}: key 'measure.telemetry': engine profile '{profile.name}' has no telemetry; "
-                          "turn it off or use an expert-offload profile")
     print(f"campaign {camp.name}: {len(camp.levers)} levers, profile {profile.name}, folder {camp.folder}")
     print(f"image {camp.baseline.image} -> {shape.image}")
     print(f"objective {camp.search.objective}; constraints: {'; '.join(camp.search.constraints.describe()) or 'none'}")

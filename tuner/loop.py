@@ -73,7 +73,9 @@ class CampaignLoop:
         self.runner = ArmRunner(host, profile, campaign=camp.name, folder=folder, plan=camp.measure,
                                 limits=BootLimits(camp.boot.timeout_s, camp.boot.hang_s, camp.boot.poll_s),
                                 objective=s.objective, constraints=s.constraints, min_effect=s.min_effect,
-                                prune_below=s.prune_below)
+                                prune_below=s.prune_below, telemetry=camp.telemetry,
+                                link_gbs=(camp.raw.get("measure") or {}).get("link_gbs"),
+                                probe_interval_s=float((camp.raw.get("measure") or {}).get("probe_interval_s", 2.0)))
         self.choices = ["(incumbent)"] + sorted(camp.levers)
 
     # -- start: identity, reconcile ----------------------------------------------------------

@@ -65,3 +65,30 @@ def boot_table(result, baseline=None, changes: dict | None = None) -> str:
             out.append(f"evidence: {line}")
     out.append(f"boot log: {result.log_path}")
     return "\n".join(out)
+
+
+def arm_report(rec: dict) -> str:
+    """A measured arm for the terminal: the seed-style table, quality, telemetry, probes."""
+    from arms.measure import Measurement, format_table
+
+    out = []
+    m = rec.get("measurement")
+    if m:
+        out.append(format_table(Measurement.from_dict(m)))
+    q = rec.get("quality") or {}
+    if q:
+        out.append(f"quality: {q.get('verdict')}" + "".join(f"\n  {e}" for e in q.get("evidence", [])))
+    tel = rec.get("telemetry")
+    if tel:
+        out.append(f"telemetry: {tel.get('status')}" + "".join(f"\n  {f}" for f in tel.get("findings", [])))
+        hr = tel.get("headroom")
+        if hr:
+            out.append("headroom:" + "".join(f"\n  {f}" for f in hr.get("findings", [])))
+    pr = (rec.get("probes") or {}).get("summary")
+    if pr:
+        gib = lambda b: "n/a" if b is None else f"{b / 2**30:.2f} GiB"  # noqa: E731
+        out.append(f"host probes: {pr.get('samples')} samples; RAM available min {gib(pr.get('ram_available_min_bytes'))}, "
+                   f"engine RSS peak {gib(pr.get('engine_rss_peak_bytes'))}, VRAM {pr.get('vram_source')}, "
+                   f"sampler CPU {pr.get('sampler_cpu_percent_of_core')}% of a core")
+    out.append(f"verdict: {rec.get('verdict')}" + (f" ({rec['reason']})" if rec.get("reason") else ""))
+    return "\n".join(out)
