@@ -216,13 +216,6 @@ def cmd_status(ns) -> int:
     return print_status(ns)
 
 
-# -- demo ----------------------------------------------------------------------------------
-def cmd_demo(ns) -> int:
-    from tuner.demo import run_demo
-
-    return run_demo(ns)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tuner", description="offload-tuner: find the engine shape that decodes fastest")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -272,10 +265,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_status)
 
-    s = sub.add_parser("demo", help="boot the simulated engine in podman by digest and measure one completion")
-    s.add_argument("--podman", default=None)
-    s.add_argument("--folder", default="journal/demo")
-    s.set_defaults(fn=cmd_demo)
     return p
 
 
