@@ -92,7 +92,7 @@ def main() -> int:
             walls.append((label, time.monotonic() - t))
         for d in plan.depths:
             got = m.depths[d].median_decode_tok_s / SCALE
-            w = want[d] / SCALE
+            w = want[d]          # the landscape rate (decode_scale is applied by the engine, not here)
             print(f"| {label} | {d} | {w:.2f} | {got:.2f} | {got / w - 1:+.2%} | {m.depths[d].mad_decode_tok_s / SCALE:.3f} |")
     print()
     print("measurement wall time per arm (3 depths x (warm + 3 runs) x 256 tokens, decode x4):")
