@@ -92,7 +92,15 @@ def booted(host: Host, spec: ContainerSpec, *, log_path: Path, port: int, model:
            poll_s: float = 1.0, tag: str = "arm") -> Iterator[Booted]:
     """Start ``spec``, wait until ready (or dead), yield, and always remove the container."""
     t0 = host.now()
-    cid = host.start(spec)
+    try:
+        cid = host.start(spec)
+    except BaseException:
+        # a signal (SIGTERM, Ctrl-C) while podman was creating it: the container may exist
+        # without our knowing its id — find it by its labels and remove it
+        labels = dict(spec.labels)
+        for orphan, _ in host.list_managed({k: v for k, v in labels.items() if k != LABEL_MANAGED}):
+            host.remove(orphan)
+        raise
     crashpoint("container-started", dict(spec.labels).get(LABEL_ARM))
     follower = None
     try:

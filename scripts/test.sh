@@ -5,7 +5,11 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/install.sh
 # llama-server (a real engine for the measurement tests), built once and cached outside the repo
-command -v cmake >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq cmake >/dev/null; }
+# cmake builds llama-server; systemd-analyze (Debian's systemd package; systemd need not run) verifies promoted units
+missing=""
+command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
+command -v systemd-analyze >/dev/null 2>&1 || missing="$missing systemd"
+if [ -n "$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null; fi
 bash scripts/build-llama-server.sh >/dev/null
 source scripts/podman-service.sh start
 trap 'podman_service_stop' EXIT

@@ -11,6 +11,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from .landscape import ABSENT, ENV_HOOKS, LandscapeError, load_landscape
@@ -21,12 +23,13 @@ VERSION = "0.29.0.dev0+sim"
 class Log:
     """vLLM 0.33 line format: (Process pid=N) LEVEL MM-DD HH:MM:SS [file:line] message."""
 
-    def __init__(self, out=None):
+    def __init__(self, out=None, now: Callable[[], datetime] = datetime.now):
         self.out = out or sys.stdout
+        self.now = now
 
     def __call__(self, msg: str, proc: str = "EngineCore_DP0", level: str = "INFO", where: str = "core.py:93"):
         pid = 1 if proc == "APIServer" else 7
-        ts = datetime.now().strftime("%m-%d %H:%M:%S")
+        ts = self.now().strftime("%m-%d %H:%M:%S")
         self.out.write(f"({proc} pid={pid}) {level} {ts} [{where}] {msg}\n")
         self.out.flush()
 
@@ -114,6 +117,10 @@ def non_default_args(ns: argparse.Namespace, parser: argparse.ArgumentParser, ig
     return out
 
 
+class PrepareError(Exception):
+    """Bad landscape or SIMENGINE_* value: ``str()`` is the engine's one stderr line (exit 2)."""
+
+
 def _env_float(env: dict, name: str, default: float) -> float:
     v = env.get(name)
     if v in (None, ""):
@@ -121,39 +128,66 @@ def _env_float(env: dict, name: str, default: float) -> float:
     try:
         return float(v)
     except ValueError:
-        print(f"simengine: error: {name}={v!r} is not a number", file=sys.stderr)
-        raise SystemExit(2)
+        raise PrepareError(f"simengine: error: {name}={v!r} is not a number") from None
 
 
-def main(argv: list[str] | None = None, env: dict | None = None) -> int:
-    env = dict(os.environ if env is None else env)
+@dataclass
+class Prepared:
+    """Everything a boot needs, from argv and env."""
+
+    land: object                  # Landscape
+    ns: argparse.Namespace
+    values: dict                  # lever name -> value as the engine parsed it
+    nda: dict                     # the non-default args line
+    time_scale: float
+    noise_sigma: float
+    fault: str | None
+
+
+def prepare(argv: list[str] | None, env: dict, *, path_map: Callable[[str], str] | None = None,
+            default_landscape: str | None = None, load: Callable = load_landscape) -> Prepared:
+    """Parse argv (argparse errors: usage + "vllm: error: ..." on stderr and SystemExit(2)) and
+    env, and load the landscape (PrepareError). ``path_map`` turns the engine's landscape path
+    into one to read; ``default_landscape`` replaces the built-in one when none is named;
+    ``load`` is ``load_landscape`` or a cache of it (it must return a fresh copy)."""
     parser = build_parser()
-    ns = parser.parse_args(argv)          # argparse errors: usage + "vllm: error: ..." and exit 2
+    ns = parser.parse_args(argv)
+    path = ns.landscape or env.get("SIMENGINE_LANDSCAPE")
+    path = (path_map(path) if path_map else path) if path else default_landscape
     try:
-        land = load_landscape(ns.landscape or env.get("SIMENGINE_LANDSCAPE"), known_flags(parser))
+        land = load(path, known_flags(parser))
     except LandscapeError as e:
-        print(f"simengine: error: {e}", file=sys.stderr)
-        return 2
-    from .boot import Boot
-
+        raise PrepareError(f"simengine: error: {e}") from None
     ts = _env_float(env, "SIMENGINE_TIME_SCALE", float(land.get("time_scale", 1.0)))
     land.data["decode_scale"] = _env_float(env, "SIMENGINE_DECODE_SCALE", float(land.get("decode_scale", 1.0)))
     noise = _env_float(env, "SIMENGINE_NOISE", float(land.get("noise_sigma", 0.0)))
     fault = env.get("SIMENGINE_FAULT") or None
-    from .server import FAULTS
+    from .engine import FAULTS
 
     if fault is not None and fault not in FAULTS:
-        print(f"simengine: error: SIMENGINE_FAULT={fault!r} is not one of {', '.join(sorted(FAULTS))}", file=sys.stderr)
-        return 2
+        raise PrepareError(f"simengine: error: SIMENGINE_FAULT={fault!r} is not one of {', '.join(sorted(FAULTS))}")
     values = shape_values(ns, parser, env)
     ignored = {str(f) for f in land.get("ignored_flags", [])}
     for f in ignored:                      # the engine accepts these flags and silently drops them
         values[f] = None
     nda = non_default_args(ns, parser, ignored)
-    code = Boot(land, ns, values, nda, env=env, time_scale=ts, noise_sigma=noise, log=Log()).run()
+    return Prepared(land, ns, values, nda, ts, noise, fault)
+
+
+def main(argv: list[str] | None = None, env: dict | None = None) -> int:
+    env = dict(os.environ if env is None else env)
+    try:
+        p = prepare(argv, env)
+    except PrepareError as e:
+        print(e, file=sys.stderr)
+        return 2
+    from .boot import Boot
+
+    code = Boot(p.land, p.ns, p.values, p.nda, env=env, time_scale=p.time_scale, noise_sigma=p.noise_sigma,
+                log=Log()).run()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)      # like a dying engine core: no interpreter teardown under serving threads
 
 
-__all__ = ["main", "build_parser", "known_flags", "ABSENT"]
+__all__ = ["main", "prepare", "Prepared", "PrepareError", "build_parser", "known_flags", "ABSENT"]

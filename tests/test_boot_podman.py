@@ -16,7 +16,7 @@ from arms.boot import BootLimits, boot_arm
 from arms.host import LABEL_CAMPAIGN
 from arms.lifecycle import sweep_orphans
 from arms.profiles import load_profile
-from arms.shape import ABSENT, Mount, Shape
+from arms.shape import Mount, Shape
 from simengine import planner
 from simengine.cli import build_parser, known_flags, shape_values
 from simengine.landscape import DEFAULT_LANDSCAPE, load_landscape

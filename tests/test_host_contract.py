@@ -1,22 +1,25 @@
-"""One contract, two hosts: the in-memory FakeHost and PodmanHost on the real podman service.
+"""One contract, three hosts: the in-memory FakeHost, PodmanHost on the real podman service
+and SimHost (the simulated engine booted in-process, in virtual time).
 
 The podman side boots the simulated engine image by digest; the fake side runs a scripted
-program that prints the same first lines. Both must behave the same for every case.
+program that prints the same first lines; the sim side runs the engine's own boot. All must
+behave the same for every case.
 """
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from arms.errors import ConfigError, HostError
 from arms.host import LABEL_ARM, LABEL_CAMPAIGN, LABEL_MANAGED, ContainerSpec
 from host.fake import FakeHost, FakeRun
+from host.simhost import SimHost
 from tests.conftest import FAST_ENV, free_port
 
 FILE_IN_IMAGE = "/opt/simengine/simengine/behaviour.py"
 FAKE_DIGEST = "sha256:" + "ab" * 32
+SIM_DIGEST = "sha256:" + "cd" * 32
 
 
 def _fake_program(spec: ContainerSpec) -> FakeRun:
@@ -27,12 +30,15 @@ def _fake_program(spec: ContainerSpec) -> FakeRun:
                    files={FILE_IN_IMAGE: b'"""What a booted simulated engine does"""\n'})
 
 
-@pytest.fixture(params=["fake", "podman"])
+@pytest.fixture(params=["fake", "podman", "sim"])
 def env(request, tmp_path):
     """(host, image tag, image digest ref) for each implementation."""
     if request.param == "fake":
         host = FakeHost(images={"localhost/fake-engine:1": FAKE_DIGEST}, program=_fake_program)
         yield host, "localhost/fake-engine:1", f"localhost/fake-engine@{FAKE_DIGEST}"
+    elif request.param == "sim":
+        with SimHost(images={"localhost/sim-engine:1": SIM_DIGEST}) as host:
+            yield host, "localhost/sim-engine:1", f"localhost/sim-engine@{SIM_DIGEST}"
     else:
         host = request.getfixturevalue("podman_host")
         img = request.getfixturevalue("sim_image")

@@ -216,6 +216,53 @@ def cmd_status(ns) -> int:
     return print_status(ns)
 
 
+# -- report, export, dashboard ---------------------------------------------------------------
+def cmd_report(ns) -> int:
+    from tuner.report import write_report
+
+    md = write_report(ns.campaign)
+    print(md, end="")
+    return 0
+
+
+def cmd_export(ns) -> int:
+    from tuner.export import export
+
+    print(export(ns.campaign, ns.format, ns.output))
+    return 0
+
+
+def cmd_dashboard(ns) -> int:
+    from tuner.dashboard import serve
+
+    serve(ns.campaign, ns.port)
+    return 0
+
+
+# -- production: promote, rollback; init -------------------------------------------------------
+def cmd_promote(ns) -> int:
+    from tuner.daemon import _folder
+    from tuner.promote import promote
+
+    res = promote(_folder(ns.campaign), ns.arm, dry_run=ns.dry_run, force=ns.force, margin_s=ns.margin_s)
+    return 1 if res.outcome == "rolled-back" else 0
+
+
+def cmd_rollback(ns) -> int:
+    from tuner.daemon import _folder
+    from tuner.promote import rollback
+
+    return 0 if rollback(_folder(ns.campaign), force=ns.force).healthy else 1
+
+
+def cmd_init(ns) -> int:
+    from tuner.init import init_from_container
+
+    path = init_from_container(ns.from_container, ns.output, podman=ns.podman, force=ns.force)
+    print(f"wrote {path}: `tuner check {path}` validates it and lists the first arms")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tuner", description="offload-tuner: find the engine shape that decodes fastest")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -264,6 +311,44 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("campaign", help="campaign YAML file or campaign folder")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_status)
+
+    s = sub.add_parser("report", help="the morning report: REPORT.md and report.html in the campaign folder")
+    s.add_argument("campaign", help="campaign folder (journal/<name>) or campaign YAML file")
+    s.set_defaults(fn=cmd_report)
+
+    s = sub.add_parser("export", help="one flat row per arm as CSV, JSON lines or Parquet")
+    s.add_argument("campaign", help="campaign folder (journal/<name>) or campaign YAML file")
+    s.add_argument("--format", choices=("csv", "jsonl", "parquet"), default="csv")
+    s.add_argument("-o", "--output", default=None, help="file to write (default: arms.FORMAT in the campaign folder)")
+    s.set_defaults(fn=cmd_export)
+
+    s = sub.add_parser("dashboard", help="optuna-dashboard on the campaign's study, bound to 127.0.0.1")
+    s.add_argument("campaign", help="campaign folder (journal/<name>) or campaign YAML file")
+    s.add_argument("--port", type=int, default=8080)
+    s.set_defaults(fn=cmd_dashboard)
+
+    s = sub.add_parser("promote", help="write a campaign's winner to the production service; roll back if it "
+                                       "fails, times out or decodes slower than measured")
+    s.add_argument("campaign", help="campaign folder (or its YAML file)")
+    s.add_argument("--arm", type=int, default=None, help="promote this arm instead of the final incumbent")
+    s.add_argument("--dry-run", action="store_true", help="show the diff of the production file and stop")
+    s.add_argument("--force", action="store_true",
+                   help="promote an arm that was not better-and-confirmed; continue after an interrupted promotion")
+    s.add_argument("--margin-s", type=float, default=None,
+                   help="seconds of health wait beyond the arm's measured boot (default max(60, boot/2))")
+    s.set_defaults(fn=cmd_promote)
+
+    s = sub.add_parser("rollback", help="restore the production file the latest promotion replaced; reload, restart")
+    s.add_argument("campaign", help="campaign folder (or its YAML file)")
+    s.add_argument("--force", action="store_true", help="restore even if the production file was edited since")
+    s.set_defaults(fn=cmd_rollback)
+
+    s = sub.add_parser("init", help="write a campaign whose baseline is a running container's shape")
+    s.add_argument("--from-container", required=True, metavar="NAME", help="name or id of a running container")
+    s.add_argument("-o", "--output", default=None, help="campaign file to write (default NAME.yaml)")
+    s.add_argument("--podman", default=None, help="podman API socket (default: CONTAINER_HOST)")
+    s.add_argument("--force", action="store_true", help="overwrite the output file")
+    s.set_defaults(fn=cmd_init)
 
     return p
 

@@ -8,7 +8,8 @@ unmasked, started and waited on until healthy.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -18,7 +19,10 @@ log = logging.getLogger("tuner.guard")
 
 GUARDS = ("refuse-if-active", "stop-and-restore")
 PRODUCTION_KEYS = {"unit", "guard", "health_url", "restore_timeout_s", "promote_as", "env_file", "unit_file",
-                   "quadlet_dir", "mapping", "smoke_depth", "profile"}
+                   "quadlet_dir", "mapping", "smoke_depth", "profile", "podman_version", "scope"}
+PROMOTE_AS = ("quadlet", "unit", "env-file")
+SCOPES = ("system", "user")
+_ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,16 @@ class Production:
     guard: str = "refuse-if-active"
     health_url: str | None = None
     restore_timeout_s: float = 900.0
+    # promotion (tuner promote / rollback): the form, where it lives, how to check it
+    promote_as: str | None = None          # quadlet | unit | env-file
+    unit_file: str | None = None           # unit: default /etc/systemd/system/UNIT
+    quadlet_dir: str | None = None         # quadlet: default /etc/containers/systemd
+    env_file: str | None = None            # env-file: required
+    mapping: dict = field(default_factory=dict)   # env-file: lever (or image/model/port) -> VAR
+    smoke_depth: int | None = None         # default: the campaign's first measure depth
+    profile: str | None = None             # engine profile of the service (default: the campaign's)
+    podman_version: str | None = None      # default: asked from podman
+    scope: str | None = None               # system | user (systemctl --user); default from the paths
 
     @classmethod
     def from_mapping(cls, d, where: str) -> "Production | None":
@@ -41,7 +55,45 @@ class Production:
         if guard not in GUARDS:
             raise ConfigError(f"{where}: key 'production.guard': {guard!r} is not one of {', '.join(GUARDS)}")
         return cls(unit=str(d["unit"]), guard=guard, health_url=d.get("health_url"),
-                   restore_timeout_s=float(d.get("restore_timeout_s", 900)))
+                   restore_timeout_s=float(d.get("restore_timeout_s", 900)), **_promotion(d, where))
+
+
+def _promotion(d: dict, where: str) -> dict:
+    """The promotion keys of a production section, checked (tuner/promote.py uses them)."""
+    def bad(key: str, why: str) -> ConfigError:
+        return ConfigError(f"{where}: key 'production.{key}': {why}")
+
+    out: dict = {}
+    form = d.get("promote_as")
+    if form is not None and form not in PROMOTE_AS:
+        raise bad("promote_as", f"{form!r} is not one of {', '.join(PROMOTE_AS)}")
+    out["promote_as"] = form
+    for key in ("unit_file", "quadlet_dir", "env_file", "profile", "podman_version"):
+        if d.get(key) is not None and not isinstance(d[key], (str, int, float)):
+            raise bad(key, "must be a string")
+        out[key] = None if d.get(key) is None else str(d[key])
+    mapping = d.get("mapping") or {}
+    if not isinstance(mapping, dict):
+        raise bad("mapping", "must map each lever to the serve script's variable, e.g. max-num-seqs: FRANK_PRIMARY_SEQS")
+    for lever, var in mapping.items():
+        if not isinstance(var, str) or not _ENV_VAR.match(var):
+            raise bad(f"mapping.{lever}", f"{var!r} is not an environment variable name")
+    out["mapping"] = {str(k): v for k, v in mapping.items()}
+    if form == "env-file" and not out["env_file"]:
+        raise bad("env_file", "promote_as: env-file needs env_file: PATH (the serve script's env file)")
+    if form == "env-file" and not mapping:
+        raise bad("mapping", "promote_as: env-file needs a mapping of each lever to the script's variable")
+    if form == "quadlet" and not str(d["unit"]).endswith(".service"):
+        raise bad("unit", f"a Quadlet NAME.container runs as NAME.service; {d['unit']!r} is not a .service")
+    depth = d.get("smoke_depth")
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
+        raise bad("smoke_depth", f"{depth!r} must be a prompt length in tokens, e.g. 1087")
+    out["smoke_depth"] = depth
+    scope = d.get("scope")
+    if scope is not None and scope not in SCOPES:
+        raise bad("scope", f"{scope!r} is not one of {', '.join(SCOPES)}")
+    out["scope"] = scope
+    return out
 
 
 class Guard:

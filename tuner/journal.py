@@ -18,7 +18,7 @@ from arms.argv import is_secret
 
 log = logging.getLogger("tuner.journal")
 
-OPS = ("campaign_start", "arm_start", "arm_end", "told", "incumbent", "guard", "campaign_end", "note")
+OPS = ("campaign_start", "arm_start", "arm_end", "told", "incumbent", "guard", "campaign_end", "note", "promotion")
 
 
 def repair_tail(path: Path) -> int:

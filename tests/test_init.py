@@ -1,0 +1,149 @@
+"""`tuner init --from-container`: inspect data -> shape (tables), and on the real podman service a
+running simulated-engine container's shape reproduced exactly: booting the generated baseline
+gives the same non-default args in the engine's own boot log."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from arms.bootlog import parse_boot_log
+from arms.errors import ConfigError
+from arms.shape import Shape
+from tuner import cli
+from tuner.campaign import load_campaign
+from tuner.init import guess_profile, render_campaign, shape_from_inspect
+
+DIGEST = "sha256:" + "7" * 64
+IMAGE = {"Digest": DIGEST, "RepoDigests": ["quay.io/other/vllm@sha256:" + "1" * 64, f"docker.io/tcclaviger/vllm@{DIGEST}"],
+         "Config": {"Entrypoint": ["vllm", "serve"], "Env": ["PATH=/usr/bin:/bin", "HOME=/root", "VLLM_USE_V1=1"]}}
+
+
+def inspect(cmd, env=(), **hc):
+    host_config = {"NetworkMode": "host", "IpcMode": "shareable", "ShmSize": 65536000,
+                   "Ulimits": [{"Name": "RLIMIT_NOFILE", "Soft": 20000, "Hard": 20000},
+                               {"Name": "RLIMIT_NPROC", "Soft": 16384, "Hard": 16384}], **hc}
+    return {"Name": "frank-primary", "ImageName": "docker.io/tcclaviger/vllm:latest", "Image": "3322dbbbc96d",
+            "Config": {"Entrypoint": "vllm serve", "Cmd": list(cmd),
+                       "Env": ["container=podman", "PATH=/usr/bin:/bin", "HOME=/root", "TERM=xterm", "HOSTNAME=box",
+                               "VLLM_USE_V1=1", *env]},
+            "HostConfig": host_config, "Mounts": []}
+
+
+SEED_CMD = ["/models/Q", "--tensor-parallel-size", "2", "--max-model-len", "32768", "--max-num-seqs", "4",
+            "--enable-prefix-caching", "--speculative-config", '{"method":"mtp","num_speculative_tokens":4}',
+            "--expert-prefetch", "1", "--port", "7773"]
+
+
+def test_the_seed_container_becomes_its_shape():
+    attrs = inspect(SEED_CMD, env=["R4D_LRU_GATHER_CHUNKS=8", "VLLM_USE_V1=0"], IpcMode="host",
+                    Devices=[{"PathOnHost": "/dev/kfd"}, {"PathOnHost": "/dev/dri/card0"}, {"PathOnHost": "/dev/dri/renderD128"}],
+                    Ulimits=[{"Name": "RLIMIT_MEMLOCK", "Soft": 2 ** 64 - 1, "Hard": 2 ** 64 - 1},
+                             {"Name": "RLIMIT_NOFILE", "Soft": 20000, "Hard": 20000}])
+    attrs["Mounts"] = [{"Type": "bind", "Source": "/home/dank/.cache/frank-primary", "Destination": "/root/.cache", "RW": True},
+                       {"Type": "bind", "Source": "/home/dank/models/Q", "Destination": "/models/Q", "RW": False},
+                       {"Type": "volume", "Name": "hf", "Destination": "/hf", "RW": True}]
+    ins = shape_from_inspect(attrs, IMAGE)
+    s = ins.shape
+    assert s.image == f"docker.io/tcclaviger/vllm@{DIGEST}"          # the RepoDigest of its own repository
+    assert s.model == "/models/Q" and s.port == 7773
+    assert dict(s.args) == {"tensor-parallel-size": 2, "max-model-len": 32768, "max-num-seqs": 4,
+                            "enable-prefix-caching": True, "expert-prefetch": 1,
+                            "speculative-config": {"method": "mtp", "num_speculative_tokens": 4}}
+    assert dict(s.env) == {"R4D_LRU_GATHER_CHUNKS": "8", "VLLM_USE_V1": "0"}   # image/podman defaults gone
+    assert s.devices == ("/dev/dri", "/dev/kfd") and "folded" in " ".join(ins.notes)
+    assert dict(s.options) == {"ipc": "host", "ulimits": {"memlock": -1}}
+    assert {(m.source, m.target, m.read_only, m.kind) for m in s.mounts} == {
+        ("/home/dank/.cache/frank-primary", "/root/.cache", False, "bind"), ("/home/dank/models/Q", "/models/Q", True, "bind"),
+        ("hf", "/hf", False, "volume")}
+    assert ins.profile == "vllm-expert-offload"
+
+
+def test_create_command_keeps_cdi_names_and_asked_ulimits():
+    attrs = inspect(["/m"], Devices=[{"PathOnHost": "/dev/nvidia0"}],
+                    Ulimits=[{"Name": "RLIMIT_NOFILE", "Soft": 4096, "Hard": 4096}], NetworkMode="bridge",
+                    PortBindings={"8000/tcp": [{"HostPort": "8000"}]}, ShmSize=17179869184)
+    attrs["Config"]["CreateCommand"] = ["podman", "run", "--device", "nvidia.com/gpu=all", "--ulimit=nofile=4096:4096"]
+    ins = shape_from_inspect(attrs, IMAGE)
+    assert ins.shape.devices == ("nvidia.com/gpu=all",)
+    assert dict(ins.shape.options) == {"network": "bridge", "ulimits": {"nofile": 4096}, "shm_size": 17179869184}
+    assert ins.shape.port == 8000 and "no --port" in ins.notes[0]
+
+
+def test_an_overridden_entrypoint_is_refused():
+    attrs = inspect(["-c", "sleep 1"])
+    attrs["Config"]["Entrypoint"] = ["/bin/sh"]
+    with pytest.raises(ConfigError, match="overrides the image's entrypoint"):
+        shape_from_inspect(attrs, IMAGE)
+
+
+@pytest.mark.parametrize("image,entry,argv,env,want", [
+    ("localhost/offload-tuner-simengine@sha256:x", ["python3", "-m", "simengine", "serve"], ["/m"], {}, "simengine"),
+    ("docker.io/tcclaviger/vllm@sha256:x", ["vllm", "serve"], ["/m", "--expert-prefetch", "1"], {}, "vllm-expert-offload"),
+    ("docker.io/x/fork@sha256:x", [], ["/m"], {"R4D_LRU_GATHER_CHUNKS": "8"}, "vllm-expert-offload"),
+    ("docker.io/vllm/vllm-openai@sha256:x", ["vllm", "serve"], ["/m"], {}, "vllm"),
+    ("ghcr.io/ggml-org/llama.cpp:server@sha256:x", ["/app/llama-server"], ["-m", "/q.gguf"], {}, "llamacpp"),
+    ("example/unknown@sha256:x", [], ["/m"], {}, "vllm"),
+])
+def test_profile_guess(image, entry, argv, env, want):
+    assert guess_profile(image, entry, argv, env)[0] == want
+
+
+def test_rendered_campaign_loads_back_to_the_same_baseline(tmp_path):
+    attrs = inspect(SEED_CMD, env=["R4D_LRU_GATHER_CHUNKS=8", "SECRET_KEY=x y"], IpcMode="host",
+                    GroupAdd=["video"], Ulimits=[{"Name": "RLIMIT_MEMLOCK", "Soft": 2 ** 64 - 1, "Hard": 2 ** 64 - 1}])
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "models").mkdir()
+    attrs["Mounts"] = [{"Type": "bind", "Source": str(tmp_path / "cache"), "Destination": "/root/.cache", "RW": True},
+                       {"Type": "bind", "Source": str(tmp_path / "models"), "Destination": "/models/Q", "RW": False}]
+    ins = shape_from_inspect(attrs, IMAGE)
+    path = tmp_path / "c.yaml"
+    path.write_text(render_campaign(ins, name="frank primary!", container="frank-primary"))
+    camp = load_campaign(path)
+    assert camp.baseline == ins.shape, [c.describe() for c in ins.shape.diff(camp.baseline)]
+    assert camp.name == "frank-primary" and camp.engine == "vllm-expert-offload"
+    assert "expert-prefetch" in camp.levers and camp.production is None
+    assert "compile_cache:" in path.read_text()
+
+
+def test_cli_names_a_missing_container(capsys):
+    assert cli.main(["init", "--from-container", "no-such-container-here", "-o", "/tmp/never.yaml"]) == 2
+    assert "no container named 'no-such-container-here'" in capsys.readouterr().err
+
+
+# -- the real thing --------------------------------------------------------------------------------
+@pytest.mark.podman
+def test_init_reproduces_a_running_simengine_container_exactly(tmp_path, podman_host, sim_image):
+    from arms.boot import BootLimits, boot_arm
+    from arms.lifecycle import container_name
+    from arms.profiles import load_profile
+    from tests.conftest import free_port
+
+    (tmp_path / "cache").mkdir()
+    landscape = tmp_path / "notes.txt"
+    landscape.write_text("a read-only file mount\n")
+    shape = Shape.from_mapping({
+        "image": sim_image.ref, "model": "/models/sim", "port": free_port(),
+        "args": {"tensor-parallel-size": 2, "max-model-len": 32768, "gpu-memory-utilization": 0.95,
+                 "kv-cache-memory-bytes": 2147483648, "max-num-seqs": 3, "enable-prefix-caching": True,
+                 "speculative-config": {"method": "mtp", "num_speculative_tokens": 4},
+                 "max-num-batched-tokens": 4096, "kv-cache-dtype": "fp8"},
+        "env": {"SIMENGINE_TIME_SCALE": "0.002", "R4D_LRU_GATHER_CHUNKS": "32", "PYTHONDONTWRITEBYTECODE": "0"},
+        "compile_cache": str(tmp_path / "cache"), "mounts": [f"{landscape}:/notes.txt:ro"],
+        "options": {"ipc": "host"}})
+    profile = load_profile("simengine")
+    limits = BootLimits(timeout_s=60, hang_s=30, poll_s=0.2)
+    out = tmp_path / "from-container.yaml"
+    with boot_arm(podman_host, shape, profile, campaign="init-test", arm="original", folder=tmp_path / "original",
+                  limits=limits) as (original, _):
+        assert original.outcome == "ready", original.report.evidence
+        assert cli.main(["init", "--from-container", container_name("init-test", "original"), "-o", str(out)]) == 0
+    camp = load_campaign(out)
+    assert camp.engine == "simengine"
+    assert camp.baseline == shape, [c.describe() for c in shape.diff(camp.baseline)]
+    with boot_arm(podman_host, camp.baseline, profile, campaign="init-test", arm="generated",
+                  folder=tmp_path / "generated", limits=limits) as (generated, _):
+        assert generated.outcome == "ready", generated.report.evidence
+    logs = [parse_boot_log(Path(tmp_path / f / "boot.log").read_text(), profile) for f in ("original", "generated")]
+    assert logs[0].non_default_args == logs[1].non_default_args
+    assert logs[0].non_default_args["max_num_seqs"] == 3 and logs[0].non_default_args["kv_cache_dtype"] == "fp8"

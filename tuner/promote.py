@@ -1,0 +1,288 @@
+"""`tuner promote` and `tuner rollback`: put a campaign's winner into the production service,
+and take it back out — every restart of that service is an outage, so each step is checked.
+
+promote:  choose the arm (the final incumbent, or ``--arm N``: it must be ``better`` and
+          confirmed by a second boot unless ``--force``) -> render the production file in the
+          campaign's form (tuner.units) -> show the diff, secrets redacted (``--dry-run`` stops
+          here) -> back the current file up beside it -> write the new one -> daemon-reload ->
+          restart -> wait for health within the arm's measured boot time + margin -> a smoke
+          measurement at one depth -> keep it, or roll back when the unit failed, health timed
+          out or the smoke decode fell below the arm's noise band (max(3 x MAD, min_effect)).
+rollback: restore the backup, daemon-reload, restart (or stop, when the unit was stopped before
+          the promotion), wait healthy. ``tuner rollback`` undoes the latest promotion still in
+          effect; run again, it undoes the one before.
+
+Every step is journaled (op ``promotion``: started, promoted, rolled-back), so a crash between
+writing the file and the verdict still leaves the backup's path in the campaign journal.
+Unit control, HTTP and the clock all go through the Host protocol; the files are local.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from arms.argv import is_secret
+from arms.errors import ConfigError, HostError
+from arms.host import RealTime, Systemctl
+
+from .guard import Production
+from .production import (
+    Context,
+    Smoke,
+    Target,
+    choose,
+    endpoint,
+    load_context,
+    measured_smoke,
+    parse_file,
+    render,
+    same_shape,
+    show_diff,
+    smoke_reference,
+    target_of,
+    wait_healthy,
+)
+
+log = logging.getLogger("tuner.promote")
+
+BACKUP_TAG = ".tuner-backup-"
+UP = ("active", "activating", "reloading")
+
+
+class SystemdHost(RealTime, Systemctl):
+    """The promotion's host on the production box: systemctl, wall clock, plain HTTP."""
+
+    def __init__(self, user: bool = False):
+        self.systemctl_user = user
+
+
+@dataclass
+class Result:
+    outcome: str                  # dry-run | unchanged | promoted | rolled-back | restored
+    arm: int | None = None
+    target: str = ""
+    diff: str = ""
+    reason: str = ""
+    healthy: bool | None = None
+
+
+# -- file I/O ----------------------------------------------------------------------------------
+def _sha(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tuner-tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
+@contextlib.contextmanager
+def _locked(folder: Path):
+    with open(folder / "promote.lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another `tuner promote`/`rollback` holds {folder / 'promote.lock'}") from None
+        yield
+
+
+def _promotions(ctx: Context) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for r in ctx.journal.records:
+        if r["op"] == "promotion":
+            out.setdefault(r["id"], []).append(r)
+    return out
+
+
+def _preflight(ctx: Context, target: Target, force: bool) -> None:
+    pidf = ctx.folder / "daemon.pid"
+    if pidf.exists():
+        with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+            pid = int(pidf.read_text())
+            os.kill(pid, 0)
+            raise ConfigError(f"campaign {ctx.name} is still running (daemon pid {pid}); promote after it ends")
+    held = [g for g in ctx.state.guard if g.get("unit") == target.unit]
+    if held and held[-1].get("action") in ("stopped", "masked", "adopted"):
+        raise ConfigError(f"the campaign's guard still holds {target.unit} stopped and masked; let `tuner run` "
+                          "end (it restores the unit) before promoting")
+    for pid_, recs in _promotions(ctx).items():
+        if recs[-1]["action"] == "started" and not force:
+            raise ConfigError(f"promotion #{pid_} (arm {recs[0]['arm']}) was interrupted before its verdict; "
+                              "`tuner rollback` restores the file it replaced (or pass --force)")
+
+
+# -- promote -----------------------------------------------------------------------------------
+def promote(folder, arm: int | None = None, *, dry_run: bool = False, force: bool = False, host=None,
+            margin_s: float | None = None, poll_s: float = 2.0, smoke: Smoke | None = None,
+            out: Callable[[str], None] = print) -> Result:
+    ctx = load_context(folder)
+    choice = choose(ctx.state, arm, force)
+    target = target_of(ctx)
+    host = host or SystemdHost(user=_user_scope(ctx.production, target.path))
+    existing = _read(target.path)
+    new = render(ctx, target, choice, host, existing)
+    changes = [c.describe() for c in ctx.baseline.diff(choice.shape)]
+    diff = show_diff(existing, new, target.path, f"arm {choice.n}")
+    out(f"promote {choice.why}\n  shape {choice.shape.key()} vs the campaign baseline: "
+        f"{'; '.join(changes) or 'no change'}\n  target {target.form} {target.path} (unit {target.unit})")
+    if not dry_run:
+        _preflight(ctx, target, force)
+    if existing is not None and same_shape(existing, new):
+        out(f"{target.path} already holds this shape: nothing written, {target.unit} not restarted")
+        return Result("unchanged", choice.n, str(target.path))
+    out(diff or "(no textual difference)")
+    if dry_run:
+        return Result("dry-run", choice.n, str(target.path), diff)
+    with _locked(ctx.folder):
+        return _promote(ctx, host, target, choice, existing, new, changes, diff, margin_s, poll_s,
+                        smoke or measured_smoke(host, ctx.plan, ctx.profile), out)
+
+
+def _user_scope(prod: Production, path: Path) -> bool:
+    if prod.scope:
+        return prod.scope == "user"
+    home = Path.home()
+    return os.geteuid() != 0 and str(path).startswith(str(home))
+
+
+def _promote(ctx, host, target, choice, existing, new, changes, diff, margin_s, poll_s, smoke, out) -> Result:
+    j, unit = ctx.journal, target.unit
+    folder = target.path.parent if target.path.parent.exists() else target.path.parent.parent
+    if not os.access(folder, os.W_OK) or (existing is not None and not os.access(target.path, os.W_OK)):
+        raise ConfigError(f"cannot write {target.path}: run `tuner promote` as the user that owns it "
+                          "(root for /etc/...); nothing was changed")
+    pid = max(_promotions(ctx), default=0) + 1
+    state_before = host.unit(unit, "is-active")
+    backup = None
+    if existing is not None:
+        backup = target.path.with_name(f"{target.path.name}{BACKUP_TAG}{pid:03d}-{time.strftime('%Y%m%d-%H%M%S')}")
+        shutil.copy2(target.path, backup)
+    secret = any(is_secret(k) for k, _ in choice.shape.env)
+    mode = target.path.stat().st_mode & 0o777 if existing is not None else (0o600 if secret else 0o644)
+    started = j.append("promotion", id=pid, action="started", arm=choice.n, form=target.form, unit=unit,
+                       target=str(target.path), backup=str(backup) if backup else None, existed=existing is not None,
+                       state_before=state_before, sha_before=_sha(existing), sha_new=_sha(new), changes=changes,
+                       shape=choice.shape.to_dict(), why=choice.why)
+    log.info("[promote #%d] arm %d -> %s (backup %s)", pid, choice.n, target.path, backup or "none: new file")
+    _write(target.path, new, mode)
+    boot_s = (choice.end.get("boot") or {}).get("boot_s") or 0.0
+    margin = margin_s if margin_s is not None else max(60.0, 0.5 * boot_s)
+    url, probe = endpoint(ctx.production, ctx.profile, choice.shape.port)
+    reason, healthy_s, smoke_rec = None, None, None
+    try:
+        host.unit(unit, "daemon-reload")
+        host.unit(unit, "restart")
+        ok, healthy_s, why = wait_healthy(host, unit, url, probe, boot_s + margin, poll_s)
+        if not ok:
+            reason = why
+    except HostError as e:
+        reason = f"unit failed: {e}"
+    if reason is None:
+        ref = smoke_reference(ctx, choice)
+        if ref is None:
+            out("no measured decode to compare a smoke run with: smoke check skipped")
+        else:
+            depth, med, band = ref
+            got, detail = smoke(url, depth)
+            smoke_rec = {"depth": depth, "decode_tok_s": got, "arm_decode_tok_s": med, "band": band, **detail}
+            if got is None:
+                reason = f"smoke measurement at depth {depth} failed: {detail.get('reason')}"
+            elif got < med - band:
+                reason = (f"slow smoke: {got:.2f} tok/s at depth {depth}, below the arm's {med:.2f} "
+                          f"- {band:.2f} (noise band)")
+            elif got > med + band:
+                out(f"smoke decode {got:.2f} tok/s is above the arm's {med:.2f} + {band:.2f}: kept, but check it")
+    if reason is None:
+        j.append("promotion", id=pid, action="promoted", arm=choice.n, healthy_s=round(healthy_s or 0, 3),
+                 smoke=smoke_rec)
+        out(f"promoted arm {choice.n} to {unit}: healthy in {healthy_s:.1f} s"
+            + (f", smoke {smoke_rec['decode_tok_s']:.2f} tok/s at depth {smoke_rec['depth']}" if smoke_rec else ""))
+        return Result("promoted", choice.n, str(target.path), diff, healthy=True)
+    out(f"promotion of arm {choice.n} failed: {reason}; rolling back")
+    res = _restore(ctx, host, started, reason, poll_s, smoke_rec)
+    return Result("rolled-back", choice.n, str(target.path), diff, reason, res["healthy"])
+
+
+# -- rollback ----------------------------------------------------------------------------------
+def _restore(ctx: Context, host, started: dict, reason: str, poll_s: float, smoke_rec: dict | None = None) -> dict:
+    unit, target = started["unit"], Path(started["target"])
+    previous = None
+    if started["existed"]:
+        previous = Path(started["backup"]).read_text()
+        _write(target, previous, Path(started["backup"]).stat().st_mode & 0o777)
+    else:
+        target.unlink(missing_ok=True)
+    healthy, seconds, why = False, 0.0, ""
+    try:
+        host.unit(unit, "daemon-reload")
+        if started["state_before"] in UP and previous is not None:
+            host.unit(unit, "restart")
+            url, probe = endpoint(ctx.production, ctx.profile, _port_of(ctx, started["form"], previous))
+            healthy, seconds, why = wait_healthy(host, unit, url, probe, ctx.production.restore_timeout_s, poll_s)
+        else:
+            host.unit(unit, "stop")
+            healthy, why = True, f"left stopped, as it was ({started['state_before']}) before the promotion"
+    except HostError as e:
+        why = str(e)
+    rec = ctx.journal.append("promotion", id=started["id"], action="rolled-back", arm=started["arm"], reason=reason,
+                             healthy=healthy, healthy_s=round(seconds, 3), detail=why, smoke=smoke_rec)
+    if healthy:
+        log.info("[rollback #%d] %s restored and healthy (%s)", started["id"], target, why)
+    else:
+        log.error("[rollback #%d] %s restored but %s is NOT healthy: %s — check `journalctl -u %s`",
+                  started["id"], target, unit, why, unit)
+    return rec
+
+
+def _port_of(ctx: Context, form: str, text: str) -> int:
+    if form != "env-file":
+        with contextlib.suppress(ConfigError, ValueError):
+            return parse_file(form, text, ctx.profile.family).shape.port
+    return ctx.baseline.port
+
+
+def rollback(folder, *, force: bool = False, host=None, poll_s: float = 2.0,
+             out: Callable[[str], None] = print) -> Result:
+    """Undo the latest promotion still in effect: restore its backup, reload, restart, wait."""
+    ctx = load_context(folder)
+    live = [recs for recs in _promotions(ctx).values() if recs[-1]["action"] in ("started", "promoted")]
+    if not live:
+        raise ConfigError(f"nothing to roll back: no promotion of campaign {ctx.name} is in effect")
+    started = live[-1][0]
+    target = Path(started["target"])
+    host = host or SystemdHost(user=_user_scope(ctx.production, target))
+    current = _read(target)
+    if _sha(current) != started["sha_new"] and not force:
+        raise ConfigError(f"{target} changed since promotion #{started['id']} wrote it (someone edited it); "
+                          "--force restores the backup over it anyway")
+    if started["existed"] and not Path(started["backup"]).exists():
+        raise ConfigError(f"the backup {started['backup']} of promotion #{started['id']} is gone; restore by hand")
+    previous = Path(started["backup"]).read_text() if started["existed"] else None
+    diff = show_diff(current, previous or "", target, f"before promotion #{started['id']}")
+    out(f"rollback of promotion #{started['id']} (arm {started['arm']}): {target}\n{diff}")
+    _preflight(ctx, target_of(ctx), force=True)
+    with _locked(ctx.folder):
+        rec = _restore(ctx, host, started, "on demand (tuner rollback)", poll_s)
+    out(f"{started['unit']} {'healthy' if rec['healthy'] else 'NOT healthy'}: {rec['detail']}")
+    return Result("restored", started["arm"], str(target), diff, rec["detail"], rec["healthy"])

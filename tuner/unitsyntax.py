@@ -1,0 +1,240 @@
+"""The text syntax under production files: systemd unit files, command lines, env files, and
+an engine's argv read back into (model, args, port). Pure functions; ``tuner.units`` builds
+Quadlet files, plain units and env files out of them.
+
+systemd rules followed (systemd.syntax(7), systemd.service(5) "Command lines"):
+  * ``[Section]`` headers, ``Key=Value`` lines, ``#``/``;`` comments, a trailing backslash
+    continues the line (the backslash becomes a space);
+  * ``%`` starts a specifier everywhere, so a literal ``%`` is written ``%%``;
+  * in command lines ``$NAME`` expands, so a literal ``$`` is written ``$$``;
+  * words are split at whitespace; a word with whitespace, quotes, backslashes or control
+    characters is double-quoted with C escapes (``\\"``, ``\\\\``, ``\\n``, ``\\xHH``).
+Quadlet's ``Exec=``, ``Environment=`` and ``PodmanArgs=`` take the same word syntax.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from arms.argv import VALUE_TOGGLES
+from arms.errors import ConfigError
+
+__all__ = [
+    "env_value",
+    "join_words",
+    "parse_engine_argv",
+    "parse_env_line",
+    "parse_ini",
+    "quote_word",
+    "split_words",
+    "typed_value",
+]
+
+_SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./{}\[\]-]+\Z")
+_C_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_C_UNESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r", "a": "\a",
+                "b": "\b", "f": "\f", "v": "\v", "s": " ", "0": "\0"}
+
+
+def _escape_specials(text: str, dollars: bool) -> str:
+    text = text.replace("%", "%%")
+    return text.replace("$", "$$") if dollars else text
+
+
+def quote_word(word: str, dollars: bool = True) -> str:
+    """One word of a systemd command line (or an Environment= assignment)."""
+    text = _escape_specials(str(word), dollars)
+    if text and _SAFE_WORD.match(text) and text != ";":
+        return text
+    out = []
+    for ch in text:
+        if ch in _C_ESCAPES:
+            out.append(_C_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7f:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def join_words(words, dollars: bool = True) -> str:
+    return " ".join(quote_word(w, dollars) for w in words)
+
+
+def split_words(text: str, dollars: bool = True) -> list[str]:
+    """The inverse of ``join_words``: systemd word splitting, quotes removed, C escapes
+    resolved, ``%%`` (and ``$$`` in command lines) back to one character."""
+    words: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i] in " \t\n":
+            i += 1
+        if i >= n:
+            break
+        buf: list[str] = []
+        quote = None
+        while i < n:
+            ch = text[i]
+            if quote is None and ch in " \t\n":
+                break
+            if ch in "\"'" and (quote is None or quote == ch):
+                quote = None if quote else ch
+                i += 1
+                continue
+            if ch == "\\" and i + 1 < n:
+                nxt = text[i + 1]
+                if nxt == "x" and i + 3 < n:
+                    buf.append(chr(int(text[i + 2:i + 4], 16)))
+                    i += 4
+                    continue
+                buf.append(_C_UNESCAPES.get(nxt, nxt))
+                i += 2
+                continue
+            buf.append(ch)
+            i += 1
+        if quote is not None:
+            raise ConfigError(f"unbalanced {quote} quote in {text[:120]!r}")
+        word = "".join(buf)
+        word = word.replace("%%", "\0pct\0")
+        if dollars:
+            word = word.replace("$$", "$")
+        words.append(word.replace("\0pct\0", "%"))
+    return words
+
+
+def parse_ini(text: str) -> list[tuple[str, str, str]]:
+    """(section, key, value) of every assignment, in order; continuation lines joined."""
+    out: list[tuple[str, str, str]] = []
+    section = ""
+    pending: list[str] | None = None
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if pending is not None:
+            if line.startswith(("#", ";")):
+                continue              # a comment inside a continued line is skipped
+            if line.endswith("\\"):
+                pending.append(line[:-1])
+                continue
+            pending.append(line)
+            key, _, value = " ".join(pending).partition("=")
+            out.append((section, key.strip(), value.strip()))
+            pending = None
+            continue
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+            continue
+        if "=" not in line:
+            raise ConfigError(f"line {n}: {raw.strip()[:80]!r} is neither [Section] nor Key=Value")
+        if line.endswith("\\"):
+            pending = [line[:-1]]
+            continue
+        key, _, value = line.partition("=")
+        out.append((section, key.strip(), value.strip()))
+    if pending is not None:
+        key, _, value = " ".join(pending).partition("=")
+        out.append((section, key.strip(), value.strip()))
+    return out
+
+
+# -- env files (systemd EnvironmentFile= and shell `source` alike) ------------------------------
+_ENV_SAFE = re.compile(r"[A-Za-z0-9_./:@%+,=-]*\Z")
+_ENV_LINE = re.compile(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)\Z")
+
+
+def env_value(text: str) -> str:
+    """A value as an env-file line writes it: bare when safe, else quoted for both readers."""
+    if _ENV_SAFE.match(text):
+        return text
+    if "'" not in text and "\n" not in text and "\\" not in text:
+        return "'" + text + "'"
+    return '"' + re.sub(r'([\\"$`])', r"\\\1", text).replace("\n", "\\n") + '"'
+
+
+def parse_env_line(line: str) -> tuple[str, str] | None:
+    """(NAME, value) of one ``NAME=value`` line (quotes removed), None for other lines."""
+    m = _ENV_LINE.match(line)
+    if not m:
+        return None
+    raw = m.group(2).strip()
+    if len(raw) >= 2 and raw[0] == raw[-1] == "'":
+        return m.group(1), raw[1:-1]
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        body = raw[1:-1].replace("\\n", "\n")
+        return m.group(1), re.sub(r"\\([\\\"$`])", r"\1", body)
+    return m.group(1), raw
+
+
+# -- an engine's argv, read back ----------------------------------------------------------------
+_INT = re.compile(r"-?(0|[1-9][0-9]*)\Z")
+_FLOAT = re.compile(r"-?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+)\Z")
+
+
+def typed_value(text: str) -> Any:
+    """A flag's value text back to the value ``format_value`` wrote: ints, floats, JSON
+    objects and lists; anything else stays a string (so ``"8"`` written as a string in YAML
+    comes back as the number 8 — it renders and boots the same)."""
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    if text[:1] in "{[":
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _is_flag(tok: str) -> bool:
+    return tok.startswith("-") and len(tok) > 1 and not _INT.match(tok) and not _FLOAT.match(tok)
+
+
+def parse_engine_argv(argv: list[str], style: str = "vllm") -> tuple[str, list[tuple[str, Any]], int | None]:
+    """The engine's arguments after the image's entrypoint -> (model, args, port): the inverse
+    of ``arms.argv.render_argv`` plus the ``--port`` the lifecycle appends. vLLM style takes
+    the model as the first word (or ``--model``); llama.cpp takes ``-m``/``--model``."""
+    toks = list(argv)
+    model = None
+    if style == "vllm" and toks and not _is_flag(toks[0]):
+        model = toks.pop(0)
+    args: list[tuple[str, Any]] = []
+    port = None
+    toggles = VALUE_TOGGLES.get(style, {})
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        if not _is_flag(tok):
+            raise ConfigError(f"engine argument {tok!r} stands alone: only the model may be "
+                              "positional (first), every other word belongs to a --flag")
+        name, eq, inline = tok.lstrip("-").partition("=")
+        if eq:
+            value_text: str | None = inline
+            i += 1
+        elif i + 1 < len(toks) and not _is_flag(toks[i + 1]):
+            value_text = toks[i + 1]
+            i += 2
+        else:
+            value_text = None
+            i += 1
+        if name in ("model", "m") and value_text is not None and model is None:
+            model = value_text
+            continue
+        if name == "port" and value_text is not None and _INT.match(value_text):
+            port = int(value_text)
+            continue
+        if value_text is None:
+            if style == "vllm" and name.startswith("no-") and len(name) > 3:
+                args.append((name[3:], False))
+            else:
+                args.append((name, True))
+        elif name in toggles and value_text in toggles[name]:
+            args.append((name, value_text == toggles[name][0]))
+        else:
+            args.append((name, typed_value(value_text)))
+    if not model:
+        raise ConfigError("no model in the engine arguments: vLLM style takes it first, "
+                          "llama.cpp style after -m")
+    return model, args, port
