@@ -116,10 +116,10 @@ def booted(host: Host, spec: ContainerSpec, *, log_path: Path, port: int, model:
         yield Booted(cid=cid, spec=spec, base_url=url, logs=follower, ready=ready, started_at=t0)
     finally:
         try:
-            if follower is not None and callable(follower.stop) and host.state(cid).exited:
-                follower.stop(5.0)
+            if follower is not None and callable(follower.stop):
+                follower.stop(5.0 if host.state(cid).exited else 0.0)   # final copy before removal
             host.remove(cid)
             log.info("[%s TEARDOWN] removed %s", tag, cid[:12])
         finally:
             if follower is not None and callable(follower.stop):
-                follower.stop(2.0)
+                follower.stop(0.0)

@@ -11,6 +11,7 @@ import logging
 import os
 import tarfile
 import threading
+import time
 from pathlib import Path
 
 from arms.errors import ConfigError, HostError
@@ -109,25 +110,55 @@ class PodmanHost(RealTime, Systemctl):
             return None
 
     def follow_logs(self, cid: str, path: Path) -> LogFollower:
+        """Copy the log as it grows; re-open a stream that ends while the container still runs
+        (podman can close a follow stream opened in the first instants of a container), and on
+        ``stop`` resync the file from podman's whole log so no line is ever missing."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         ctr = self._get(cid)
+        lock = threading.Lock()
+        box = {"closed": False, "lines": 0}
+
+        def line(frame: bytes) -> bytes:
+            return frame if frame.endswith(b"\n") else frame + b"\n"
 
         def pump() -> None:
             with open(path, "ab", buffering=0) as f:
-                if ctr is None:
-                    return
-                try:
-                    for frame in ctr.logs(stream=True, follow=True):
-                        f.write(frame if frame.endswith(b"\n") else frame + b"\n")
-                except Exception as e:  # noqa: BLE001 - the stream ends when the container goes
-                    log.debug("log stream of %s ended: %s", cid[:12], e)
+                while ctr is not None and not box["closed"]:
+                    seen = 0
+                    try:
+                        for frame in ctr.logs(stream=True, follow=True):
+                            seen += 1
+                            if seen <= box["lines"]:
+                                continue          # a re-opened stream replays from the start
+                            with lock:
+                                if box["closed"]:
+                                    return
+                                f.write(line(frame))
+                                box["lines"] += 1
+                    except Exception as e:  # noqa: BLE001 - the stream ends when the container goes
+                        log.debug("log stream of %s ended: %s", cid[:12], e)
+                    if not self.state(cid).running:
+                        return
+                    time.sleep(0.2)
 
         t = threading.Thread(target=pump, name=f"logs-{cid[:12]}", daemon=True)
         t.start()
 
         def _stop(timeout: float = 2.0) -> None:
-            t.join(timeout)      # the stream ends when the container exits or is removed
+            t.join(timeout)
+            with lock:
+                box["closed"] = True
+                c = self._get(cid)
+                if c is None:
+                    return
+                try:
+                    whole = b"".join(line(fr) for fr in c.logs(stream=False))
+                except Exception as e:  # noqa: BLE001 - keep what the stream copied
+                    log.debug("final log read of %s failed: %s", cid[:12], e)
+                    return
+                if len(whole) >= (path.stat().st_size if path.exists() else 0):
+                    path.write_bytes(whole)
 
         return LogFollower(path=path, stop=_stop)
 

@@ -1,0 +1,209 @@
+"""`tuner report`: the morning report of a campaign (issue 7, item 1).
+
+Every journal here was written by the campaign code (tests/report_journals.py), or is one of
+those records cut or extended by hand; the assertions recompute what the report should say
+from the records themselves.
+"""
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+
+import pytest
+
+from arms.errors import ConfigError
+from arms.shape import Shape
+from report_journals import finished, load_bench, records, simulated_night, starts, write_journal
+from tuner.cli import main
+from tuner.report import _span, _words, build_report, render_html, render_markdown, write_report
+
+
+@pytest.fixture(scope="session")
+def night(tmp_path_factory):
+    return simulated_night(tmp_path_factory.mktemp("night"))
+
+
+@pytest.fixture(scope="session")
+def report_md(night):
+    return write_report(night)
+
+
+def section(md: str, title: str) -> str:
+    return md.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def row_of(text: str, n: int) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"| #{n} "))
+
+
+def test_cli_writes_report_files_and_prints_the_markdown(night, report_md, capsys):
+    assert main(["report", str(night)]) == 0
+    out = capsys.readouterr().out
+    assert out == (night / "REPORT.md").read_text()
+    assert out.startswith("# Morning report: report-night")
+    for name in ("decode_vs_depth", "objective", "timeline"):
+        assert (night / "report" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"](report/{name}.png)" in out
+    assert (night / "report.html").exists()
+
+
+def test_headline_incumbents_gain_wall_time_and_recommended_shape(night, report_md):
+    recs = records(night)
+    head = section(report_md, "Headline")
+    ends, moves = finished(recs), [r for r in recs if r["op"] == "incumbent"]
+    assert moves, "the simulated night moves the incumbent"
+    assert f"{len(starts(recs)):,} arms ({len(ends):,} finished)" in head
+    assert _span(recs[-1]["t"] - recs[0]["t"]) in head
+    base = ends[0]["score"]["objective"]
+    assert f"the production shape (`{Shape.from_dict(recs[0]['baseline']).key()}`, arm #0) — {base:,.2f} tok/s" in head
+    final = Shape.from_dict(moves[-1]["shape"])
+    assert f"`{final.key()}` after {len(moves)} move(s)" in head
+    assert f"arms #{moves[-1]['confirmed_arms'][0]} and #{moves[-1]['arm']}" in head
+    m = re.search(r"\*\*([+-]\d+\.\d)%\*\* against the start \(noise band ±(\d+\.\d)%", head)
+    assert m and float(m.group(1)) > 0
+    for change in Shape.from_dict(recs[0]["baseline"]).diff(final):
+        assert f"- {_words(change)}" in head
+
+
+def test_arm_table_grouped_as_the_seed_with_decode_per_depth(night, report_md):
+    recs = records(night)
+    arms = section(report_md, "Arms")
+    heads = [h for h in ("Incumbent moves", "Baseline and re-checks", "Parity", "Worse", "Failed")]
+    pos = [arms.index(f"### {h}") for h in heads]
+    assert pos == sorted(pos)
+    ends, moves = finished(recs), [r for r in recs if r["op"] == "incumbent"]
+    for n, end in ends.items():            # every arm once, with its own numbers
+        assert arms.count(f"| #{n} ") == 1
+        row = row_of(arms, n)
+        for depth, d in (end.get("measurement") or {}).get("depths", {}).items():
+            v = d["median_decode_tok_s"]
+            if v is not None:
+                assert f"{v:,.2f}" in row
+    last = moves[-1]["arm"]
+    assert "**NEW INCUMBENT**" in row_of(arms, last)
+    assert f"confirmed by #{last}" in row_of(arms, moves[-1]["confirmed_arms"][0])
+    assert "| acceptance |" in arms and "TTFT s (166 / 1087)" in arms
+    for n, end in ends.items():
+        if end["verdict"].startswith("boot-failed:"):
+            assert f"boot failed: {end['verdict'].split(':', 1)[1]}" in row_of(arms, n)
+        if end["verdict"] == "parity":
+            assert "parity" in row_of(arms, n)
+
+
+def test_failures_grouped_by_class_with_the_engine_line_and_boot_log(night, report_md):
+    fails = section(report_md, "Failures")
+    bad = {n: e for n, e in finished(records(night)).items() if e["verdict"].startswith("boot-failed:")}
+    assert len({e["verdict"] for e in bad.values()}) >= 4
+    for n, end in bad.items():
+        assert f"### {end['verdict'].split(':', 1)[1]} — " in fails
+        assert end["boot"]["evidence"][0] in fails
+        link = f"arms/{n:04d}/boot.log"
+        assert f"[boot log]({link})" in fails and (night / link).exists()
+
+
+def test_memory_plan_as_deltas_against_the_incumbent(night, report_md):
+    recs = records(night)
+    mem = section(report_md, "Memory plan")
+    ends, st = finished(recs), starts(recs)
+    ref = {Shape.from_dict(recs[0]["baseline"]).key(): 0}
+    ref.update({Shape.from_dict(m["shape"]).key(): m["arm"] for m in recs if m["op"] == "incumbent"})
+    slots = {n: ((e.get("boot") or {}).get("report") or {}).get("plan", {}).get("slots") for n, e in ends.items()}
+    checked = 0
+    for n in ends:
+        r = ref.get(st[n]["incumbent"])
+        if n in ref.values() or r is None or f"| #{n} " not in mem or None in (slots[n], slots[r]):
+            continue
+        d = slots[n] - slots[r]
+        want = f"{slots[n]:,}" + ("" if d == 0 else f" ({'+' if d > 0 else '−'}{abs(d):,})")
+        assert row_of(mem, n).split(" | ")[1] == want
+        checked += d != 0
+    assert checked, "some arm moved the arena against its incumbent"
+    assert "| expert cache space |" in mem and "| KV pool |" in mem and "compile cache" in mem
+
+
+def test_quality_guard_telemetry_and_constraints_in_words(night, report_md):
+    recs = records(night)
+    ends = finished(recs)
+    corrupt = [n for n, e in ends.items() if e["verdict"] == "corrupt"]
+    assert corrupt
+    q = section(report_md, "Quality guard")
+    for n in corrupt:
+        assert ends[n]["quality"]["evidence"][0] in q
+        assert re.search(r"\| \(\d[\d,]*\.\d\d\*\) \|", row_of(section(report_md, "Arms"), n))
+    tel = section(report_md, "Telemetry")
+    windows = [e["telemetry"]["status"] for e in ends.values() if e.get("telemetry")]
+    assert f"{len(windows):,} arms opened a telemetry window" in tel
+    base_ok = [e for n, e in ends.items() if e.get("telemetry", {}).get("status") == "ok" and starts(recs)[n]["kind"] == "baseline"]
+    for e in base_ok:
+        assert e["telemetry"]["findings"][0] in tel          # e.g. "prefetch precision 36 %: ~0.56 GB per step ..."
+    con = section(report_md, "Constraints")
+    broke = sum("min_slots" in (e.get("violations") or {}) for e in ends.values())
+    assert f"arena ≥ 6,600 slots: met by the incumbent; broken by {broke:,} arm(s)" in con
+    assert "max concurrency ≥ 2x at 32,768 tokens" in con and "boot ≤ 600 s" in con
+
+
+def test_html_is_self_contained(night, report_md):
+    html = (night / "report.html").read_text()
+    imgs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(imgs) == 3 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in imgs)
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+    assert "<script" not in html and "<link" not in html
+    assert "<table" in html and "NEW INCUMBENT" in html
+
+
+def test_no_finished_arms_is_one_clear_line(night, tmp_path, capsys):
+    recs = records(night)
+    write_journal(tmp_path / "early", [r for r in recs if r["op"] == "campaign_start"] + [starts(recs)[0]])
+    with pytest.raises(ConfigError, match="no finished arms yet"):
+        build_report(tmp_path / "early")
+    assert main(["report", str(tmp_path / "early")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no finished arms" in err
+    with pytest.raises(ConfigError, match="no journal.jsonl"):
+        build_report(tmp_path)
+
+
+def test_running_arm_and_torn_tail_read_without_touching_the_journal(night, tmp_path):
+    recs = records(night)
+    cut = [r for r in recs if r["op"] != "campaign_end"]
+    nxt = dict(starts(recs)[max(starts(recs))], arm=max(starts(recs)) + 1, seq=cut[-1]["seq"] + 1)
+    folder = tmp_path / "live"
+    path = write_journal(folder, cut + [nxt], tail=b'{"op":"arm_end","seq":9')
+    before = path.read_bytes()
+    md = render_markdown(build_report(folder))
+    assert path.read_bytes() == before
+    assert f"Running now: #{nxt['arm']} " in md
+    assert "The campaign has not ended" in md
+
+
+def test_ten_thousand_arm_style_night_is_summarised(tmp_path):
+    bench = load_bench()
+    folder = tmp_path / "big"
+    bench.synthesize(folder, arms=700, seed=5)
+    rep = build_report(folder)
+    md = render_markdown(rep)
+    arms = section(md, "Arms")
+    shown = len(re.findall(r"^\| #\d+ ", arms, flags=re.M))
+    more = sum(int(x.replace(",", "")) for x in re.findall(r"… and ([\d,]+) more in “", arms))
+    assert more > 0 and shown + more == 700
+    assert all(len(re.findall(r"^\| #\d+ ", t, flags=re.M)) <= 25 for t in arms.split("### ")[1:])
+    assert "… and" in section(md, "Memory plan") and "… and" in section(md, "Failures")
+    html = render_html(rep)
+    assert html.count("data:image/png;base64,") == 3
+    shutil.rmtree(folder)
+
+
+def test_an_arm_cut_by_a_crash_is_reported_as_interrupted(night, tmp_path):
+    recs = [r for r in records(night) if r["op"] != "campaign_end"]
+    last = max(starts(recs))
+    nxt = dict(starts(recs)[last], arm=last + 1, seq=recs[-1]["seq"] + 1)
+    # what CampaignLoop._start journals on resume for an arm the tuner died in
+    cut = {"op": "arm_end", "seq": nxt["seq"] + 1, "t": nxt["t"] + 5, "arm": last + 1, "kind": nxt["kind"],
+           "verdict": "interrupted", "reason": "the tuner stopped mid-arm; its container was removed on resume",
+           "orphans_removed": 1}
+    write_journal(tmp_path / "crashed", recs + [nxt, cut])
+    md = render_markdown(build_report(tmp_path / "crashed"))
+    assert "interrupted — the tuner stopped mid-arm" in row_of(section(md, "Arms"), last + 1)
+    fails = section(md, "Failures")
+    assert "### interrupted — 1 arm(s)" in fails and cut["reason"] in fails

@@ -1,0 +1,312 @@
+"""`tuner report`: the morning report of a campaign, from its journal alone.
+
+``build_report(folder)`` reads ``journal.jsonl`` once (plus which boot logs exist) and builds
+sections as plain data: a headline, the arm table grouped as in seed 002 (incumbent moves,
+baseline and re-checks, unconfirmed wins, parity, worse, failures), the memory plan of each arm
+against its incumbent's, failures by class with the engine's own lines, the quality guard,
+telemetry findings, constraints, and the inputs of three plots. ``render_markdown`` and
+``render_html`` (``tuner.report_render``) turn the same sections into REPORT.md and a
+self-contained report.html. Everything is one pass over the arms: 10,000 arms render in seconds,
+because tables summarise beyond a few rows per group and the plots cap what they draw.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from arms.errors import ConfigError
+from arms.shape import ABSENT, Change, Shape, format_value
+
+from .export import arm_pairs, arms_frame, campaign_folder, load_records
+from .state import replay
+from .verdict import Constraints, NoiseBand
+
+ROWS_PER_GROUP = 25          # arm-table rows per group before the rest is summarised
+MEMORY_ROWS = 40
+FAILURE_EXAMPLES = 5         # arms shown per failure class
+TELEMETRY_ARMS = 8
+GROUPS = ("Incumbent moves", "Baseline and re-checks", "Better, not confirmed", "Parity — ruled out",
+          "Worse — ruled out", "Failed")
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list[tuple[str, object]] = field(default_factory=list)   # (p|ul|table|code|img|h3, data)
+
+    def add(self, kind: str, data) -> Section:
+        self.blocks.append((kind, data))
+        return self
+
+
+@dataclass
+class Report:
+    folder: Path
+    name: str
+    objective: str
+    frame: pd.DataFrame               # tuner.export's flat columns + words, group, order
+    sections: list[Section]
+    plots: dict                       # inputs of tuner.report_plots
+    _pngs: dict | None = None
+
+    def pngs(self) -> dict[str, bytes]:
+        """name -> PNG bytes, drawn once per report."""
+        if self._pngs is None:
+            from .report_plots import draw_all
+
+            self._pngs = draw_all(self.plots)
+        return self._pngs
+
+
+def missing(v) -> bool:
+    return v is None or bool(pd.isna(v))
+
+
+def _num(v, nd=2, unit="") -> str:
+    return "—" if missing(v) else f"{v:,.{nd}f}{unit}"
+
+
+def _pct(v, signed=True) -> str:
+    return "—" if missing(v) else (f"{v:+.1%}" if signed else f"{v:.1%}")
+
+
+def _when(t: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def _span(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m {s % 60:02d}s"
+
+
+def _words(ch: Change) -> str:
+    """A shape difference for the operator: add / drop / set."""
+    name = ch.name
+    flag = f"`{name[4:]}` (env)" if name.startswith("env.") else f"`--{name}`"
+    if ch.after is ABSENT:
+        return f"drop {flag} (production has {format_value(ch.before)})"
+    if ch.before is ABSENT:
+        return f"add {flag} {format_value(ch.after)}"
+    return f"set {flag} {format_value(ch.before)} → {format_value(ch.after)}"
+
+
+def _thaw(v):
+    return ABSENT if v == {"__absent__": True} else v
+
+
+@dataclass
+class ArmView:
+    """One arm as the journal has it (the start and end records); its Shape is built on demand."""
+
+    n: int
+    kind: str
+    change: tuple | None
+    incumbent: str
+    start: dict
+    end: dict | None
+
+    @property
+    def verdict(self) -> str | None:
+        return (self.end or {}).get("verdict")
+
+
+class _Builder:
+    def __init__(self, folder: Path, records: list[dict]):
+        self.folder, self.records = folder, records
+        self.start = next(r for r in records if r["op"] == "campaign_start")
+        camp = self.start.get("campaign") or {}
+        self.name = camp.get("name") or folder.name
+        self.objective = str(camp.get("objective") or "decode_geomean")
+        self.min_effect = float((camp.get("noise") or {}).get("min_effect", 0.02))
+        self.constraints = Constraints.from_mapping(camp.get("constraints"), "campaign")
+        self.baseline = Shape.from_dict(self.start["baseline"])
+        pairs = arm_pairs(records)
+        self.arms = {s["arm"]: ArmView(s["arm"], s.get("kind"), (s["change"][0], _thaw(s["change"][1])) if s.get("change")
+                                       else None, s.get("incumbent"), s, e) for s, e in pairs}
+        if not any(a.end is not None for a in self.arms.values()):
+            raise ConfigError(f"{folder}: no finished arms yet, nothing to report "
+                              "(the first arm is still running, or the campaign never started one)")
+        # The incumbent, its re-measures and its moves come from tuner.state.replay, run once over
+        # the records that decide them (campaign, incumbent moves, baseline and re-check arms): the
+        # same State as over the whole journal, without a Shape for each of 10,000 probes.
+        self.st = replay([r for r in records if r["op"] not in ("arm_start", "arm_end", "told")
+                          or r.get("kind") in ("baseline", "recheck")], self.baseline)
+        self._shapes: dict[str, Shape] = {}
+        self.df = arms_frame(records, pairs).set_index("arm", drop=False).rename_axis(None)
+        self.depths = [c[len("decode_"):] for c in self.df.columns if c.startswith("decode_")]
+        self.moves = list(self.st.moves)
+        self.inc_shape = {self.baseline.key(): self.baseline}
+        self.inc_arm = {}                   # incumbent key -> the arm whose plan/score stands for it
+        first_base = next((a.n for a in self.finished() if a.kind == "baseline"), None)
+        self.inc_arm[self.baseline.key()] = first_base
+        for m in self.moves:
+            sh = Shape.from_dict(m["shape"])
+            self.inc_shape[sh.key()] = sh
+            self.inc_arm[sh.key()] = m["arm"]
+        self.move_of = {}                   # arm -> (move index, role)
+        for i, m in enumerate(self.moves):
+            probe, conf = (m.get("confirmed_arms") or [None, m["arm"]])[:2]
+            self.move_of[conf] = (i, "confirm")
+            if probe is not None:
+                self.move_of[probe] = (i, "probe")
+        self.confirm_of = {}                # probe arm -> its confirm arm
+        last_probe = {}
+        for a in self.arms.values():
+            if a.change is None:
+                continue
+            key = (a.incumbent, a.change[0], format_value(a.change[1]))
+            if a.kind == "probe":
+                last_probe[key] = a.n
+            elif a.kind == "confirm" and key in last_probe:
+                self.confirm_of[last_probe[key]] = a.n
+
+    def finished(self) -> list[ArmView]:
+        return [a for a in self.arms.values() if a.end is not None]
+
+    def shape_of(self, n: int) -> Shape:
+        """The arm's Shape, built once per distinct shape."""
+        raw = self.arms[n].start["shape"]
+        key = json.dumps(raw, sort_keys=True)
+        if key not in self._shapes:
+            self._shapes[key] = Shape.from_dict(raw)
+        return self._shapes[key]
+
+    # -- per arm: words, group, order ----------------------------------------------------------
+    def arm_words(self, a) -> str:
+        if a.kind == "baseline":
+            return f"#{a.n} baseline (production shape)"
+        if a.change is None:
+            return f"#{a.n} {a.kind} of the incumbent" if a.kind != "recheck" else f"#{a.n} re-check of the incumbent"
+        inc = self.inc_shape.get(a.incumbent)
+        before = inc.value_of(a.change[0]) if inc is not None else ABSENT
+        text = Change(a.change[0], before, a.change[1]).describe()
+        return f"#{a.n} {'confirm: ' if a.kind == 'confirm' else ''}{text}"
+
+    def verdict_words(self, a, row) -> tuple[str, str]:
+        v = a.verdict or "running"
+        band = "" if missing(row.threshold) else f"band ±{row.threshold:.1%}"
+        d = _pct(row.delta)
+        if a.n in self.move_of:
+            i, role = self.move_of[a.n]
+            last = i == len(self.moves) - 1
+            if role == "confirm":
+                return GROUPS[0], (f"**NEW INCUMBENT** — {d} vs the one it replaced" if last
+                                   else f"incumbent move {i + 1} ({d}), superseded later")
+            return GROUPS[0], f"better {d} ({band}) — confirmed by #{self.moves[i]['arm']}"
+        if v == "baseline":
+            moved = bool(self.moves)
+            return GROUPS[1], "old incumbent (start)" if moved else "incumbent (start) — held all night"
+        if v == "recheck":
+            return GROUPS[1], "re-check of the incumbent (feeds the noise band)"
+        if v.startswith("boot-failed:"):
+            return GROUPS[5], f"boot failed: {v.split(':', 1)[1]}"
+        if v == "corrupt":
+            ev = (a.end.get("quality") or {}).get("evidence") or []
+            return GROUPS[5], "rejected — corrupts output" + (f" ({ev[0]})" if ev else "")
+        if v in ("invalid", "interrupted"):
+            return GROUPS[5], f"{v} — {a.end.get('reason') or 'no reason recorded'}"
+        why = a.end.get("reason")
+        if v == "better":
+            c = self.confirm_of.get(a.n)
+            cv = self.arms[c].verdict if c is not None else None
+            tail = f"not confirmed by #{c} ({cv})" if cv else "confirmation pending"
+            return GROUPS[2], f"better {d} ({band}) — {tail}"
+        if v == "parity":
+            return GROUPS[3], f"parity {d} ({band})" + (" — did not confirm" if a.kind == "confirm" else "")
+        if v == "worse":
+            return GROUPS[4], (why or (f"{d} ({band}) — ruled out" if not missing(row.delta) else "worse — ruled out"))
+        return GROUPS[3], v
+
+    def annotate(self) -> pd.DataFrame:
+        df = self.df
+        words, verdicts, groups = [], [], []
+        for row in df.itertuples(index=False):
+            a = self.arms[row.arm]
+            words.append(self.arm_words(a))
+            g, w = self.verdict_words(a, row) if a.end is not None else (None, "running")
+            groups.append(g)
+            verdicts.append(w)
+        df = df.assign(words=words, verdict_words=verdicts, group=groups)
+        gi = df["group"].map({g: i for i, g in enumerate(GROUPS)}).fillna(len(GROUPS))
+        move_rank = pd.Series([-self.move_of[n][0] * 2 - (self.move_of[n][1] == "confirm") if n in self.move_of else 0
+                               for n in df.index], index=df.index)
+        obj = df["objective"].astype(float).fillna(float("-inf"))
+        failed = gi == GROUPS.index("Failed")
+        key_obj = (-obj).where(~failed, df["arm"].astype(float))
+        df = df.assign(_g=gi, _m=move_rank, _o=key_obj).sort_values(["_g", "_m", "_o", "arm"])
+        return df.drop(columns=["_g", "_m", "_o"])
+
+    # -- the incumbent over the night ----------------------------------------------------------
+    def series(self) -> list[dict]:
+        """Per finished arm in journal order: t, the incumbent's objective (median of its
+        re-measures) and the decision band — the same rules replay applies."""
+        out, samples, cur = [], [], self.baseline
+        for r in self.records:
+            if r["op"] == "incumbent":
+                cur = Shape.from_dict(r["shape"])
+                samples = [x for x in r.get("samples", []) if x is not None]
+                if samples:
+                    out.append({"t": r["t"], "arm": r["arm"], "incumbent": statistics.median(samples),
+                                "band": max(NoiseBand(tuple(samples)).relative, self.min_effect)})
+            elif r["op"] == "arm_end":
+                a = self.arms.get(r["arm"])
+                if a is None or a.end is not r:
+                    continue
+                obj = (r.get("score") or {}).get("objective")
+                if a.kind in ("baseline", "recheck") and obj is not None and self.shape_of(a.n) == cur:
+                    samples.append(obj)
+                if samples:
+                    med = statistics.median(samples)
+                    out.append({"t": r["t"], "arm": a.n, "incumbent": med,
+                                "band": max(NoiseBand(tuple(samples)).relative, self.min_effect)})
+        return out
+
+
+def build_report(folder: str | Path) -> Report:
+    """The report of the campaign in ``folder`` (or the folder a campaign YAML file names)."""
+    folder = campaign_folder(folder)
+    b = _Builder(folder, load_records(folder))
+    df = b.annotate()
+    series = b.series()
+    from .report_sections import sections
+
+    secs = sections(b, df, series)
+    t0 = b.records[0].get("t") or 0.0
+    plots = {"depths": b.depths, "frame": df, "series": series, "t0": t0,
+             "incumbents": [b.inc_arm.get(b.baseline.key())] + [m["arm"] for m in b.moves],
+             "objective": b.objective, "moves": [(m["t"], m["arm"]) for m in b.moves]}
+    return Report(folder=folder, name=b.name, objective=b.objective, frame=df, sections=secs, plots=plots)
+
+
+def render_markdown(report: Report) -> str:
+    from .report_render import markdown
+
+    return markdown(report)
+
+
+def render_html(report: Report) -> str:
+    from .report_render import html
+
+    return html(report)
+
+
+def write_report(folder: str | Path) -> str:
+    """REPORT.md, report.html and report/*.png in the campaign folder; returns the Markdown."""
+    report = build_report(folder)
+    out = report.folder / "report"
+    out.mkdir(exist_ok=True)
+    for name, png in report.pngs().items():
+        (out / f"{name}.png").write_bytes(png)
+    md = render_markdown(report)
+    (report.folder / "REPORT.md").write_text(md)
+    (report.folder / "report.html").write_text(render_html(report))
+    return md
+
+
+__all__ = ["Report", "Section", "build_report", "render_html", "render_markdown", "write_report"]
