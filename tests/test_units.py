@@ -346,8 +346,8 @@ def test_quadlet_unit_must_be_a_service_and_the_seed_sketch_parses():
         Production.from_mapping({"unit": "frank-primary", "promote_as": "quadlet"}, "c.yaml")
     import yaml
 
-    raw = yaml.safe_load(Path("/work/shared/examples/operator-campaign-sketch.yaml").read_text()) \
-        if Path("/work/shared/examples/operator-campaign-sketch.yaml").exists() else None
+    sketch = Path(__file__).resolve().parents[2] / "shared" / "examples" / "operator-campaign-sketch.yaml"
+    raw = yaml.safe_load(sketch.read_text()) if sketch.exists() else None
     prod = Production.from_mapping(raw["production"] if raw else {
         "unit": "frank-primary.service", "promote_as": "env-file", "env_file": "/e", "mapping": SEED_MAPPING}, "sketch")
     assert prod.promote_as == "env-file" and prod.mapping
