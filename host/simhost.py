@@ -115,7 +115,10 @@ class SimHost:
     under each container's own; ``workdir``: where containers' writable layers live."""
 
     def __init__(self, images: dict[str, str] | None = None, landscape: str | None = None,
-                 clock_start: float = 0.0, env: dict | None = None, workdir: str | None = None):
+                 clock_start: float = 0.0, env: dict | None = None, workdir: str | None = None,
+                 noise_seed: int = 0):
+        self.noise_seed = noise_seed              # with the container's name: each boot's noise stream
+        self._boots = itertools.count()
         self.images = dict(images) if images is not None else {DEFAULT_TAG: default_digest()}
         self.landscape = str(landscape) if landscape else None
         self.env = {k: str(v) for k, v in (env or {}).items()}
@@ -199,7 +202,9 @@ class SimHost:
     def _boot(self, ctr: _Ctr) -> None:
         """Run the engine's boot on a virtual clock from now; keep its lines and its end."""
         t = [self._now]
-        env = {**IMAGE_ENV, **self.env, **dict(ctr.spec.env)}
+        env = {**IMAGE_ENV, "SIMENGINE_NOISE_SEED": str(int(hashlib.sha256(
+            f"{self.noise_seed}:{ctr.spec.name}:{next(self._boots)}".encode()).hexdigest()[:8], 16)),
+            **self.env, **dict(ctr.spec.env)}
         out = _Lines(self, ctr, lambda: t[0])
         argv = ["serve", *(ctr.spec.command or IMAGE_CMD)]
         try:

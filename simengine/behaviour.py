@@ -50,4 +50,5 @@ class Behaviour:
     # routed, hits, installs, read_through, prefetched, served_by_prefetch
     expert_counters: dict[str, dict[str, float]] = field(default_factory=dict)
     fault: str | None = None              # SIMENGINE_FAULT: stall | no-usage | garbage | http500
-    seed: int = 0
+    seed: int = 0                         # text: temperature-0 output is the same on every boot
+    noise_seed: int = 0                   # decode noise: a new stream on every boot

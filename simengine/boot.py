@@ -237,4 +237,12 @@ class Boot:
         return planner.build_behaviour(
             self.land, self.values, plan, model=ns.served_model_name or ns.model_tag, tp=ns.tensor_parallel_size,
             profiler_dir=profiler_dir, with_stack=with_stack, fault=self.env.get("SIMENGINE_FAULT") or None,
-            noise_sigma=self.noise, time_scale=self.ts)
+            noise_sigma=self.noise, time_scale=self.ts, noise_seed=self._noise_seed())
+
+    def _noise_seed(self) -> int:
+        """SIMENGINE_NOISE_SEED when given (the simulated host sets one per container, so a night
+        replays exactly); otherwise fresh per boot, like a real engine's run-to-run spread."""
+        v = self.env.get("SIMENGINE_NOISE_SEED")
+        if v not in (None, ""):
+            return int(v)
+        return int.from_bytes(os.urandom(4), "big")

@@ -217,7 +217,7 @@ class EngineCore:
         ids, max_tokens, temperature = parse_completion(body, b.max_model_len)
         with self.lock:
             self.requests += 1
-            rng = random.Random(f"simengine:{b.seed}:{self.requests}")
+            rng = random.Random(f"simengine:{b.noise_seed}:{self.requests}")
         n, finish, halt = max_tokens, "length", textgen.corrupt_halt_at(ids, b)
         if halt is not None and halt < n:
             n, finish = halt, "stop"

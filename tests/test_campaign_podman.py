@@ -124,8 +124,9 @@ def test_campaign_finds_the_best_reachable_shape_and_journals_every_arm(tmp_path
     assert len(trials) == len(starts) and all(t.state.is_finished() for t in trials)
 
 
-CRASH_POINTS = ["started:0", "container-started:0", "booted:1", "measuring:1", "ended:1", "told:1",
-                "booted:2", "ended:2", "incumbent:2", "asked:3", "container-started:4"]
+# arm 0 baseline, 1 recheck, 2 the prefetch-off probe (better), 3 its confirmation, 4.. probes
+CRASH_POINTS = ["started:0", "container-started:0", "booted:2", "measuring:2", "ended:2", "told:2",
+                "booted:3", "ended:3", "incumbent:3", "asked:4", "container-started:5"]
 SMALL = {"expert-prefetch": ["absent", 1], "max-num-seqs": [2, 4], "gpu-memory-utilization": [0.98, 0.99]}
 
 

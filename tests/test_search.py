@@ -40,6 +40,9 @@ def test_first_the_baseline_then_every_neighbour_once(tmp_path):
     j = J(tmp_path)
     assert propose(j.state(), LEVERS).kind == "baseline"
     j.arm("baseline", verdict="baseline", obj=26.0)
+    p = propose(j.state(), LEVERS)
+    assert p.kind == "recheck" and "at once" in p.why                     # the first noise estimate
+    j.arm("recheck", verdict="recheck", obj=26.2)
     cands = candidates(j.state(), LEVERS)
     assert [(c[1], c[2]) for c in cands] == [("expert-prefetch", ABSENT), ("expert-prefetch", 2),
                                               ("max-num-seqs", 2), ("max-num-seqs", 3),
@@ -49,6 +52,7 @@ def test_first_the_baseline_then_every_neighbour_once(tmp_path):
 def test_a_win_is_confirmed_before_anything_else_and_then_neighbours_are_rejudged(tmp_path):
     j = J(tmp_path)
     j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("recheck", verdict="recheck", obj=26.1)
     j.arm("probe", ("max-num-seqs", 3), verdict="better", obj=27.0, delta=0.04)
     p = propose(j.state(), LEVERS)
     assert p.kind == "confirm" and p.change == ("max-num-seqs", 3)
@@ -63,6 +67,7 @@ def test_a_win_is_confirmed_before_anything_else_and_then_neighbours_are_rejudge
 def test_structural_failures_are_never_repeated_memory_ones_only_at_a_new_incumbent(tmp_path):
     j = J(tmp_path)
     j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("recheck", verdict="recheck", obj=26.1)
     j.arm("probe", ("max-num-seqs", 2), verdict="boot-failed:constraint-violation", obj=None)
     j.arm("probe", ("env.R4D_LRU_GATHER_CHUNKS", 32), verdict="boot-failed:oom", obj=None)
     j.arm("probe", ("expert-prefetch", ABSENT), verdict="better", obj=39.0, delta=0.5)
@@ -78,6 +83,7 @@ def test_structural_failures_are_never_repeated_memory_ones_only_at_a_new_incumb
 def test_recheck_every_k_arms(tmp_path):
     j = J(tmp_path)
     j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("recheck", verdict="recheck", obj=26.1)
     for v in (2, 3):
         j.arm("probe", ("max-num-seqs", v), verdict="worse", obj=25.0, delta=-0.04)
     assert propose(j.state(), LEVERS, recheck_every=2).kind == "recheck"
@@ -87,6 +93,7 @@ def test_recheck_every_k_arms(tmp_path):
 def test_an_interrupted_confirmation_is_confirmed_again(tmp_path):
     j = J(tmp_path)
     j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("recheck", verdict="recheck", obj=26.1)
     j.arm("probe", ("expert-prefetch", ABSENT), verdict="better", obj=39.0, delta=0.5)
     j.arm("confirm", ("expert-prefetch", ABSENT), verdict="interrupted", obj=None)
     p = propose(j.state(), LEVERS)
@@ -96,6 +103,7 @@ def test_an_interrupted_confirmation_is_confirmed_again(tmp_path):
 def test_nothing_left_ends_the_search(tmp_path):
     j = J(tmp_path)
     j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("recheck", verdict="recheck", obj=26.1)
     for lever, lv in LEVERS.items():
         for v in lv.values:
             if j.state().incumbent.value_of(lever) != v and not (v is ABSENT and j.state().incumbent.value_of(lever) is ABSENT):

@@ -20,7 +20,7 @@ from arms.prompts import api_from_profile
 from arms.shape import Shape
 from host.probes import for_container
 
-from .verdict import Constraints, NoiseBand, Objective, Score, judge
+from .verdict import Constraints, NoiseBand, Objective, Score, judge, objective_sigma
 
 log = logging.getLogger("tuner.arm")
 
@@ -91,6 +91,7 @@ class ArmRunner:
         (folder / "measure.json").write_text(json.dumps(m.to_dict(include_text=True), indent=1))
         mdict = m.to_dict()
         rec["measurement"] = mdict
+        rec["noise"] = objective_sigma(mdict)
         q = quality.check(self.reference(reference_arm), m, numerics)
         rec["quality"] = q.to_dict()
         viol = self.constraints.violations(rec["boot"] | {"boot_s": boot.boot_s})

@@ -74,6 +74,8 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
     done = sorted(state.finished(), key=lambda a: a.n)
     if not any(a.kind == "baseline" and a.verdict not in (None, "interrupted") for a in done):
         return Proposal("baseline", why="measure the starting shape")
+    if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, "interrupted") for a in done):
+        return Proposal("recheck", why="re-measure the starting shape at once: the first noise estimate")
     if confirm:
         inc = state.incumbent.key()
         for a in reversed(done):

@@ -57,7 +57,10 @@ class State:
 
     @property
     def band(self) -> NoiseBand:
-        return NoiseBand(tuple(self.samples))
+        var = [a.end["noise"] ** 2 for a in self.finished() if (a.end or {}).get("noise") is not None]
+        # pooled: the mean of the arms' variances (one arm's 2-3 runs say little on their own)
+        return NoiseBand(tuple(self.samples), within=(sum(var) / len(var)) ** 0.5 if var else 0.0,
+                         pooled_arms=len(var))
 
     def finished(self) -> list[Arm]:
         return [a for a in self.arms.values() if a.end is not None]

@@ -120,17 +120,46 @@ class Score:
         return (self.feasible, -round(self.violation, 6), self.objective or 0.0)
 
 
+Z = 2.5      # how many standard deviations of a difference of two objectives a win must clear
+
+
+def objective_sigma(measurement: dict | None) -> float | None:
+    """Relative standard error of a decode objective from the measurement's own runs: per depth
+    the sample variance of the runs' decode (relative to the median), x 1.25^2 / runs for the
+    median of the runs, averaged over depths as the geometric mean does (/ depths)."""
+    if not measurement:
+        return None
+    per = []
+    for d in (measurement.get("depths") or {}).values():
+        med = d.get("median_decode_tok_s")
+        xs = [r["decode_tok_s"] for r in d.get("runs") or [] if r.get("valid") and r.get("decode_tok_s")]
+        if med and len(xs) >= 2:
+            per.append(statistics.variance(xs) / med ** 2 * 1.25 ** 2 / len(xs))
+    if not per:
+        return None
+    return math.sqrt(sum(per) / len(per) / len(per))
+
+
 @dataclass(frozen=True)
 class NoiseBand:
-    samples: tuple[float, ...] = ()
+    samples: tuple[float, ...] = ()      # the incumbent's objective re-measures
+    within: float = 0.0                  # pooled relative sigma of one arm's objective (its runs)
+    pooled_arms: int = 0                 # how many arms the pooled sigma comes from
 
     @property
-    def relative(self) -> float:
+    def spread(self) -> float:
         """Half the relative range of the incumbent's re-measures (0 with fewer than two)."""
         if len(self.samples) < 2:
             return 0.0
         med = statistics.median(self.samples)
         return (max(self.samples) - min(self.samples)) / 2 / med if med else 0.0
+
+    @property
+    def relative(self) -> float:
+        """The band an arm must clear: the re-measures' spread, or Z sigma of a difference of two
+        objectives estimated from the runs of every arm measured so far, whichever is wider."""
+        small = 1 + 2 / self.pooled_arms if self.pooled_arms else 1.0   # few arms: a wider band
+        return max(self.spread, Z * math.sqrt(2) * self.within * small)
 
 
 @dataclass(frozen=True)
