@@ -1,0 +1,75 @@
+"""Whole campaigns in simulated time (SimHost): the same campaign code, a night in seconds."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import yaml
+
+from arms.profiles import load_profile
+from host.simhost import SimHost
+from simengine.landscape import DEFAULT_LANDSCAPE
+from tests.conftest import REPO
+from tuner.campaign import load_campaign
+from tuner.loop import CampaignLoop
+
+BASE = {"tensor-parallel-size": 2, "max-model-len": 32768, "gpu-memory-utilization": 0.98,
+        "kv-cache-memory-bytes": 2147483648, "max-num-seqs": 4,
+        "speculative-config": {"method": "mtp", "num_speculative_tokens": 4}, "expert-prefetch": 1}
+LEVERS = {"expert-prefetch": ["absent", 1, 2], "env.R4D_LRU_GATHER_CHUNKS": [8, 16, 32],
+          "max-num-batched-tokens": [1024, 2048], "max-num-seqs": [3, 4]}
+
+
+def campaign(tmp_path, name, **extra):
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump({
+        "name": name, "engine": "simengine",
+        "baseline": {"image": "localhost/offload-tuner-simengine:sim", "model": "/models/sim", "args": BASE,
+                     "env": {"R4D_LRU_GATHER_CHUNKS": 8, "R4D_LRU_GATHER_LANES": 16}, "port": 8000},
+        "levers": LEVERS, "journal": str(tmp_path / "journal"), **extra}))
+    return p
+
+
+def run(tmp_path, name, landscape=None, seed=0, **extra):
+    camp = load_campaign(campaign(tmp_path, name, **extra))
+    host = SimHost.for_campaign(camp, landscape=str(landscape) if landscape else None, noise_seed=seed)
+    camp = replace(camp, baseline=replace(camp.baseline, image=host.resolve_image(camp.baseline.image).ref))
+    summary = CampaignLoop(camp, host, load_profile("simengine"), max_arms=40).run()
+    recs = [json.loads(x) for x in (camp.folder / "journal.jsonl").read_text().splitlines()]
+    return summary, recs, host
+
+
+def test_a_flat_noisy_landscape_promotes_nothing(tmp_path):
+    """sigma 5 % per request and no lever has any effect: every promotion would be false
+    (bench/sim_campaigns.py runs 20 seeds; the suite keeps 3)."""
+    d = yaml.safe_load(DEFAULT_LANDSCAPE.read_text())
+    d.update({"effects": {}, "interactions": [], "rules": [], "numerics": {}, "noise_sigma": 0.05})
+    moves = 0
+    for seed in range(3):
+        land = tmp_path / f"landscape{seed}.yaml"
+        land.write_text(yaml.safe_dump({**d, "seed": seed}))
+        summary, recs, _ = run(tmp_path, f"flat{seed}", land, seed=seed)
+        deltas = [r["delta"] for r in recs if r["op"] == "arm_end" and r.get("delta") is not None]
+        assert max(abs(x) for x in deltas) > 0.005          # the noise is really there
+        moves += summary.moves
+    assert moves == 0
+
+
+def test_the_default_landscape_night_in_virtual_time(tmp_path):
+    summary, recs, host = run(tmp_path, "night", seed=1)
+    assert host.now() > 3600                                  # hours of virtual boots and decode...
+    moves = [r for r in recs if r["op"] == "incumbent"]
+    assert moves and "expert-prefetch" not in dict(moves[0]["shape"]["args"])   # the +50 % win first
+    final = dict(moves[-1]["shape"]["env"])
+    assert final.get("R4D_LRU_GATHER_CHUNKS") == "32"         # gather wins once prefetch is off
+    assert summary.incumbent_objective > 26.8 * 1.5
+
+
+def test_tuner_run_simulated_from_the_command_line(tmp_path):
+    path = campaign(tmp_path, "cli-sim", budget={"max_arms": 6})
+    r = subprocess.run([sys.executable, "-m", "tuner.cli", "run", str(path), "--simulated", "--quiet"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "arm budget of 6 reached" in r.stdout
