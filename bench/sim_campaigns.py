@@ -190,7 +190,7 @@ def run_random(tmp, seed, land, best, budget):
 def flat_landscape(tmp: Path, seed: int) -> Path:
     d = yaml.safe_load(DEFAULT_LANDSCAPE.read_text())
     d.update({"effects": {}, "interactions": [], "rules": [], "numerics": {}, "noise_sigma": 0.05, "seed": seed})
-    p = tmp / f"flat{seed}.yaml"
+    p = tmp / f"landscape-flat{seed}.yaml"
     p.write_text(yaml.safe_dump(d))
     return p
 
