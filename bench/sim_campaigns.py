@@ -57,6 +57,7 @@ LEVERS = {
     "max-num-seqs": [2, 3, 4],
     "env.CLAV_TUNABLEOP_WITH_OFFLOAD": {"values": ["absent", 1], "numerics": "changing"},
 }
+WITHIN = 0.03   # "reached": true objective within 3 % of the optimum (the measurement's resolution at 2.5 % noise)
 MEASURE = {"depths": [166, 1087, 4064], "runs": 3, "warm_tokens": 64, "max_tokens": 256}
 PARSER = build_parser()
 
@@ -117,7 +118,7 @@ def run_tuner(tmp, seed, land, best, budget):
         if r["op"] == "incumbent":
             promotions += 1
             obj = true_objective(land, Shape.from_dict(r["shape"]))
-            if reached is None and obj is not None and obj >= best * 0.995:
+            if reached is None and obj is not None and obj >= best * (1 - WITHIN):
                 reached = r["arm"] + 1
     return {"arms_to_optimum": reached, "arms": sum(1 for r in recs if r["op"] == "arm_start"),
             "promotions": promotions, "boot_failures": fails, "virtual_h": host.now() / 3600}
@@ -165,7 +166,7 @@ def run_exhaustive(tmp, seed, land, best, budget):
             break
         inc, inc_obj = top[1], top[0]
         t = true_objective(land, inc)
-        if t is not None and t >= best * 0.995:
+        if t is not None and t >= best * (1 - WITHIN):
             return {"arms_to_optimum": n, "arms": n, "virtual_h": host.now() / 3600}
     return {"arms_to_optimum": None, "arms": n, "virtual_h": host.now() / 3600}
 
@@ -181,7 +182,7 @@ def run_random(tmp, seed, land, best, budget):
         if o is not None and (best_meas is None or o > best_meas[0]):
             best_meas = (o, s)
             t = true_objective(land, s)
-            if reached is None and t is not None and t >= best * 0.995:
+            if reached is None and t is not None and t >= best * (1 - WITHIN):
                 reached = n + 1
                 break
     return {"arms_to_optimum": reached, "arms": budget if reached is None else reached, "virtual_h": host.now() / 3600}
@@ -212,7 +213,9 @@ def main() -> int:
     ap.add_argument("--flat-seeds", type=int, default=20)
     ap.add_argument("--budget", type=int, default=150)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--within", type=float, default=WITHIN)
     args = ap.parse_args()
+    globals()["WITHIN"] = args.within
     logging.disable(logging.WARNING)
     t0 = time.time()
     tmp = Path(tempfile.mkdtemp(prefix="bench-sim-"))
@@ -223,6 +226,7 @@ def main() -> int:
     best, best_shape = max(((o, s) for o, s in objs if o is not None), key=lambda x: x[0])
     lines = [f"command: .venv/bin/python bench/sim_campaigns.py --seeds {args.seeds} --flat-seeds {args.flat_seeds} "
              f"--budget {args.budget}", "",
+             f"reached = the incumbent's true objective within {args.within:.0%} of the optimum", "",
              f"lever space: {len(objs)} shapes; true optimum decode_geomean {best:.2f} tok/s "
              f"(baseline {true_objective(land, best_shape.__class__.from_dict({**base.to_dict(), 'image': 'x@sha256:' + '0' * 64})):.2f}); "
              "noise: the default landscape's sigma 2.5 % per request", "",

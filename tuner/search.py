@@ -40,7 +40,15 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
         for value in lever.values:
             order += 1
             vt = _value_text(value)
-            if vt == current or (name, vt) in here:
+            if vt == current:
+                continue
+            if (name, vt) in here:
+                tries = here[(name, vt)]
+                last = tries[-1].end or {}
+                if len(tries) == 1 and last.get("verdict") == "parity" and \
+                        (last.get("delta") or 0) >= 0.5 * (last.get("threshold") or 1):
+                    out.append((2.9 + order / 1000, name, value,
+                                f"parity leaning better ({_pct(last.get('delta'))}): a second look"))
                 continue
             past = hist.get((name, vt), [])
             outcomes = [a.verdict or "" for a in past]

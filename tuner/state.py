@@ -65,13 +65,13 @@ class State:
     def finished(self) -> list[Arm]:
         return [a for a in self.arms.values() if a.end is not None]
 
-    def tried_here(self) -> dict[tuple[str, str], Arm]:
-        """(lever, value text) -> last arm of that change judged at the current incumbent."""
+    def tried_here(self) -> dict[tuple[str, str], list[Arm]]:
+        """(lever, value text) -> the probes of that change judged at the current incumbent."""
         key = self.incumbent.key() if self.incumbent else None
-        out = {}
-        for a in self.finished():
+        out: dict[tuple[str, str], list[Arm]] = {}
+        for a in sorted(self.finished(), key=lambda a: a.n):
             if a.change and a.incumbent == key and a.kind == "probe" and a.verdict != "interrupted":
-                out[(a.change[0], _vt(a.change[1]))] = a
+                out.setdefault((a.change[0], _vt(a.change[1])), []).append(a)
         return out
 
     def history(self) -> dict[tuple[str, str], list[Arm]]:

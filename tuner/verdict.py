@@ -120,7 +120,7 @@ class Score:
         return (self.feasible, -round(self.violation, 6), self.objective or 0.0)
 
 
-Z = 2.5      # how many standard deviations of a difference of two objectives a win must clear
+Z = 2.0      # how many standard deviations of a difference of two objectives a win must clear
 
 
 def objective_sigma(measurement: dict | None) -> float | None:
@@ -158,7 +158,7 @@ class NoiseBand:
     def relative(self) -> float:
         """The band an arm must clear: the re-measures' spread, or Z sigma of a difference of two
         objectives estimated from the runs of every arm measured so far, whichever is wider."""
-        small = 1 + 2 / self.pooled_arms if self.pooled_arms else 1.0   # few arms: a wider band
+        small = 1 + 1 / self.pooled_arms if self.pooled_arms else 1.0   # few arms: a wider band
         return max(self.spread, Z * math.sqrt(2) * self.within * small)
 
 
