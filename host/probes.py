@@ -138,6 +138,35 @@ def detect_vram_reader(sysfs_root: str | Path = "/sys/class/drm") -> Any | None:
     return None
 
 
+def gpu_holders(nvml: Any = None) -> list[tuple[int, str, int]] | None:
+    """(pid, process name, bytes) of every process holding GPU memory, where NVML can say;
+    None when no reader can tell (no NVIDIA GPU, no nvidia-ml-py)."""
+    try:
+        if nvml is None:
+            import pynvml as nvml  # type: ignore[no-redef]
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no reader: nothing can be said
+        return None
+    out = []
+    try:
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            for p in nvml.nvmlDeviceGetComputeRunningProcesses(h):
+                try:
+                    import psutil
+
+                    name = psutil.Process(p.pid).name()
+                except Exception:  # noqa: BLE001 - a process in another namespace
+                    name = "?"
+                out.append((int(p.pid), name, int(p.usedGpuMemory or 0)))
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    return out
+
+
 # -- the kernel log --------------------------------------------------------------------------
 def _boot_time() -> float:
     import psutil

@@ -73,3 +73,37 @@ def test_tuner_run_simulated_from_the_command_line(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "arm budget of 6 reached" in r.stdout
+
+
+def test_joint_mode_lets_optuna_pick_whole_shapes(tmp_path):
+    summary, recs, _ = run(tmp_path, "joint", seed=2, search="joint", budget={"max_arms": 8})
+    starts = [r for r in recs if r["op"] == "arm_start"]
+    kinds = [r["kind"] for r in starts]
+    assert kinds[0] == "baseline" and set(kinds[1:]) == {"joint"}
+    assert len({json.dumps(r["shape"], sort_keys=True) for r in starts}) > 3      # whole shapes, not one change
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+    import optuna
+
+    study = optuna.load_study(study_name="joint", storage=JournalStorage(JournalFileBackend(
+        str(tmp_path / "journal" / "joint" / "optuna.journal"))))
+    joint = [t for t in study.get_trials() if "expert-prefetch" in t.params]
+    assert len(joint) == len(starts) - 1 and set(joint[0].params) == set(LEVERS)
+
+
+def test_gpu_memory_taken_by_another_process_is_named():
+    from host.probes import gpu_holders
+
+    class Proc:
+        pid, usedGpuMemory = 1, 20 * 2**30
+
+    class FakeNvml:
+        def nvmlInit(self): pass
+        def nvmlShutdown(self): pass
+        def nvmlDeviceGetCount(self): return 2
+        def nvmlDeviceGetHandleByIndex(self, i): return i
+        def nvmlDeviceGetComputeRunningProcesses(self, h): return [Proc()] if h == 1 else []
+
+    got = gpu_holders(FakeNvml())
+    assert got and got[0][0] == 1 and got[0][2] == 20 * 2**30
+    assert gpu_holders(object()) is None            # no reader: nothing can be said

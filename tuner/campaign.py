@@ -17,7 +17,7 @@ import yaml
 from arms.errors import ConfigError
 from arms.shape import COMPILE_CACHE_TARGET, Lever, Mount, Shape
 
-TOP_KEYS = {"name", "engine", "podman", "baseline", "levers", "boot", "journal", "measure",
+TOP_KEYS = {"search", "name", "engine", "podman", "baseline", "levers", "boot", "journal", "measure",
             "objective", "constraints", "budget", "noise", "production", "telemetry", "profile",
             "description"}
 BOOT_KEYS = {"timeout_s", "hang_s", "poll_s"}
@@ -190,6 +190,7 @@ def _production(path: Path, raw: dict):
 
 
 NOISE_KEYS = {"recheck_every", "min_effect", "confirm", "prune_below"}
+MODES = ("one-change", "joint")
 BUDGET_KEYS = {"until", "hours", "max_arms"}
 
 
@@ -220,9 +221,12 @@ def _search(path: Path, raw: dict) -> SearchPlan:
                           recheck_every=int(noise.get("recheck_every", 6)),
                           min_effect=float(noise.get("min_effect", 0.02)),
                           confirm=bool(noise.get("confirm", True)),
-                          prune_below=float(noise.get("prune_below", 0.30)), budget=budget)
+                          prune_below=float(noise.get("prune_below", 0.30)), budget=budget,
+                          mode=str(raw.get("search", "one-change")))
     except (TypeError, ValueError):
         raise _err(path, "noise/budget", "values must be numbers (hours, max_arms, recheck_every, min_effect)") from None
+    if plan.mode not in MODES:
+        raise _err(path, "search", f"{plan.mode!r} is not one of {', '.join(MODES)}")
     if budget.max_arms is not None and budget.max_arms < 1:
         raise _err(path, "budget.max_arms", "must be at least 1")
     if budget.hours is not None and budget.hours <= 0:

@@ -79,6 +79,14 @@ def run_campaign(ns) -> int:
     if not ns.simulated:
         check_paths(baseline)
     camp = replace(camp, baseline=baseline)
+    if not ns.simulated:
+        from host.probes import gpu_holders
+
+        holders = gpu_holders()
+        if holders:
+            who = ", ".join(f"{name} (pid {pid}, {used / 2**30:.1f} GiB)" for pid, name, used in holders[:4])
+            raise ConfigError(f"the GPU memory is already taken by {who}: stop it (or the production service) "
+                              "before the campaign, or use production.guard: stop-and-restore")
     deadline = deadline_from(camp.search.budget, host.now())
     max_arms = ns.max_arms or camp.search.budget.max_arms
     view = None if ns.quiet or not sys.stderr.isatty() else _LiveView(camp)

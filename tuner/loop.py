@@ -22,6 +22,7 @@ from arms.errors import ConfigError
 from arms.host import Host
 from arms.lifecycle import crashpoint, sweep_orphans
 from arms.profiles import EngineProfile
+from arms.shape import ABSENT
 
 from .arm_runner import ArmRunner
 from .guard import Guard
@@ -161,8 +162,11 @@ class CampaignLoop:
             if self.max_arms is not None and len(st.arms) >= self.max_arms:
                 reason = f"arm budget of {self.max_arms} reached"
                 break
-            p = propose(st, self.camp.levers, recheck_every=self.camp.search.recheck_every,
-                        confirm=self.camp.search.confirm)
+            if self.camp.search.mode == "joint":
+                p = self._joint_proposal(st)
+            else:
+                p = propose(st, self.camp.levers, recheck_every=self.camp.search.recheck_every,
+                            confirm=self.camp.search.confirm)
             if p is None:
                 break
             self._run_one(st, p)
@@ -176,10 +180,29 @@ class CampaignLoop:
         return Summary(reason, len(st.arms), st.incumbent.key(), (st.incumbent_score or Score(True, 0, None)).objective,
                        len(st.moves))
 
+    def _joint_proposal(self, st: State) -> Proposal:
+        """Joint mode (for comparison): Optuna's sampler picks a whole shape from the lever space."""
+        if not any(a.kind == "baseline" and a.verdict not in (None, "interrupted") for a in st.finished()):
+            return Proposal("baseline", why="measure the starting shape")
+        return Proposal("joint", why="Optuna's sampler over the whole lever space")
+
+    def _ask_joint(self):
+        dists = {name: CategoricalDistribution([json.dumps(encode_value(v), sort_keys=True) for v in lever.values])
+                 for name, lever in self.camp.levers.items()}
+        trial = self.study.ask(dists)
+        shape = self.camp.baseline
+        for name in self.camp.levers:
+            v = json.loads(trial.params[name])
+            shape = shape.with_change(name, ABSENT if v == {"__absent__": True} else v)
+        return trial.number, shape
+
     def _run_one(self, st: State, p: Proposal) -> None:
         n = st.next_n
         shape = apply(st.incumbent, p.change)
-        trial = self._ask(p)
+        if p.kind == "joint":
+            trial, shape = self._ask_joint()
+        else:
+            trial = self._ask(p)
         crashpoint("asked", n)
         self.journal.append("arm_start", arm=n, kind=p.kind, shape=shape.to_dict(),
                             change=[p.change[0], encode_value(p.change[1])] if p.change else None,
@@ -188,6 +211,9 @@ class CampaignLoop:
                  f"{p.change[0]} -> {_fmt(p.change[1])}" if p.change else "the incumbent", p.why)
         crashpoint("started", n)
         numerics = self.camp.levers[p.change[0]].numerics if p.change else "preserving"
+        if p.kind == "joint" and any(lv.numerics == "changing" and shape.value_of(name) != self.camp.baseline.value_of(name)
+                                     for name, lv in self.camp.levers.items()):
+            numerics = "changing"
         inc_depths = self._incumbent_depths(st)
         band = st.band
         inc_score = self._incumbent_score(st)
@@ -202,6 +228,10 @@ class CampaignLoop:
             raise
         self.journal.append("arm_end", **{k: v for k, v in rec.items() if k != "arm"}, arm=n)
         crashpoint("ended", n)
+        if p.kind == "joint" and rec.get("verdict") == "better":       # joint mode: the best so far, no confirmation
+            self.journal.append("incumbent", arm=n, shape=shape.to_dict(), score=rec["score"],
+                                samples=[rec["score"]["objective"]], change=None, previous=st.incumbent.key(),
+                                confirmed_arms=[n])
         if p.kind == "confirm" and rec.get("verdict") == "better":
             self._promote(replay(self.journal.records, self.camp.baseline), n)
             crashpoint("incumbent", n)
