@@ -2,6 +2,7 @@
 CONTAINER_HOST (scripts/test.sh and .ci/run start one); without it they fail, never skip."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -42,3 +43,16 @@ def sim_image(podman_host):
     from host.simimage import ensure_image
 
     return ensure_image(podman_host.client)
+
+
+@contextlib.contextmanager
+def serving(behaviour):
+    """The simulated engine's HTTP server in-process, ready with ``behaviour``; yields its URL."""
+    from simengine.server import start_server
+
+    handle = start_server("127.0.0.1", 0, log=lambda line: None)
+    handle.set_ready(behaviour)
+    try:
+        yield f"http://127.0.0.1:{handle.port}"
+    finally:
+        handle.shutdown()

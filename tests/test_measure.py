@@ -2,7 +2,6 @@
 the pure parts (classify, spec_acceptance) with fixed inputs."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -18,7 +17,7 @@ from arms.sse import CompletionStream
 from arms.prompts import PromptCache
 from simengine import textgen
 from simengine.behaviour import Behaviour
-from simengine.server import start_server
+from tests.conftest import serving
 
 RATES = {166: 300.0, 4064: 200.0}
 SIM_API = dataclasses.replace(VLLM_API, name="simengine", ignores_eos=True)
@@ -31,14 +30,6 @@ def make(**kw) -> Behaviour:
     return Behaviour(**{**base, **kw})
 
 
-@contextlib.contextmanager
-def serving(behaviour: Behaviour):
-    handle = start_server("127.0.0.1", 0, log=lambda line: None)
-    handle.set_ready(behaviour)
-    try:
-        yield f"http://127.0.0.1:{handle.port}"
-    finally:
-        handle.shutdown()
 
 
 def measure(behaviour: Behaviour, api=SIM_API, **plan) -> Measurement:

@@ -2,7 +2,6 @@
 measurements of the in-process simulated engine and on hand-made ones."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 
 import pytest
@@ -13,7 +12,7 @@ from arms.measure import (VLLM_API, DepthResult, MeasurePlan, Measurement, RunRe
 from arms.prompts import PromptCache
 from arms.quality import check, pieces, prefix_agreement, repetition_score
 from simengine.behaviour import Behaviour, CorruptRule
-from simengine.server import start_server
+from tests.conftest import serving
 
 SIM_API = dataclasses.replace(VLLM_API, name="simengine", ignores_eos=True)
 EOS_API = dataclasses.replace(VLLM_API, name="vllm-like")          # honours EOS
@@ -23,14 +22,6 @@ BASE = dict(model="sim/m", max_model_len=4096, decode_tok_s={0: RATE}, base_ttft
 PLAN = MeasurePlan(depths=(166, 1087), max_tokens=200, warm_tokens=8)
 
 
-@contextlib.contextmanager
-def serving(behaviour: Behaviour):
-    handle = start_server("127.0.0.1", 0, log=lambda line: None)
-    handle.set_ready(behaviour)
-    try:
-        yield f"http://127.0.0.1:{handle.port}"
-    finally:
-        handle.shutdown()
 
 
 @pytest.fixture(scope="module")

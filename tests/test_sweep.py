@@ -2,7 +2,6 @@
 summaries (percentile, level, knee) on fixed samples."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 
@@ -14,19 +13,11 @@ from arms.prompts import PromptCache
 from arms.sweep import (LevelResult, Sample, SweepPlan, find_knee, format_sweep, percentile,
                         run_sweep, summarize_level)
 from simengine.behaviour import Behaviour
-from simengine.server import start_server
+from tests.conftest import serving
 
 SIM_API = dataclasses.replace(VLLM_API, name="simengine", ignores_eos=True)
 
 
-@contextlib.contextmanager
-def serving(behaviour: Behaviour):
-    handle = start_server("127.0.0.1", 0, log=lambda line: None)
-    handle.set_ready(behaviour)
-    try:
-        yield f"http://127.0.0.1:{handle.port}"
-    finally:
-        handle.shutdown()
 
 
 def test_seed_001_shape_admission_limit():
