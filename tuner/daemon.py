@@ -200,9 +200,11 @@ def print_status(ns) -> int:
                           "running_arm": running[0].n if running and pid else None,
                           "incumbent": st.incumbent.key(), "ended": (st.ended or {}).get("reason")}, indent=1))
         return 0
+    import shutil
+
     from rich.console import Console
 
-    Console().print(arms_table(st))
+    Console(width=max(140, shutil.get_terminal_size().columns)).print(arms_table(st))
     if pid and running:
         print(f"running: arm {running[0].n} ({running[0].kind}, {change_text(running[0].change)}) in daemon pid {pid}")
     elif running:
