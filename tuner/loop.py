@@ -250,6 +250,7 @@ class CampaignLoop:
                                (arm.end or {}).get("score", {}).get("objective")) if x is not None]
         self.journal.append("incumbent", arm=n, shape=arm.shape.to_dict(), score=arm.end["score"], samples=samples,
                             change=[arm.change[0], encode_value(arm.change[1])], previous=arm.incumbent,
+                            previous_value=encode_value(st.incumbent.value_of(arm.change[0])),
                             confirmed_arms=[probe.n, n])
         log.info("[arm %d INCUMBENT] %s -> %s confirmed by arms %d and %d", n, arm.change[0], _fmt(arm.change[1]),
                  probe.n, n)

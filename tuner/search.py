@@ -33,6 +33,9 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
     inc = state.incumbent
     here = state.tried_here()
     hist = state.history()
+    # undoing a confirmed move is known to lose: the confirmation measured exactly that pair
+    undo = {(m["change"][0], _value_text(_absent(m["previous_value"]))) for m in state.moves
+            if m.get("change") and "previous_value" in m}
     out = []
     order = 0
     for name, lever in levers.items():
@@ -40,7 +43,7 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
         for value in lever.values:
             order += 1
             vt = _value_text(value)
-            if vt == current:
+            if vt == current or (name, vt) in undo:
                 continue
             if (name, vt) in here:
                 tries = here[(name, vt)]
@@ -72,6 +75,10 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
                 out.append((2.8 + order / 1000, name, value, f"{last.verdict} at an earlier incumbent"))
     out.sort(key=lambda c: c[0])
     return out
+
+
+def _absent(v):
+    return ABSENT if v == {"__absent__": True} else v
 
 
 def _pct(x) -> str:
