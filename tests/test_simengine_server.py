@@ -156,12 +156,13 @@ def test_stream_shape_usage_chunk_and_done():
                    for line in logs)
 
 
-@pytest.mark.parametrize("depth,expected", [(1000, 2000.0), (5000, 3000.0)])
+@pytest.mark.parametrize("depth,expected", [(1000, 1000.0), (5000, 1500.0)])
 def test_decode_rate_from_usage_matches_interpolated_rate(depth, expected):
-    with serving(make(max_model_len=8192, decode_tok_s={0: 1000.0, 2000: 3000.0})) as (_, c, _):
-        res = stream(c, depth_prompt(depth), 300)
+    # rates low enough (1-2 ms a token) that a busy 2-core machine keeps the timing honest
+    with serving(make(max_model_len=8192, decode_tok_s={0: 500.0, 2000: 1500.0})) as (_, c, _):
+        res = stream(c, depth_prompt(depth), 200)
         assert res["usage"]["prompt_tokens"] == depth
-        assert res["ttft"] == pytest.approx(0.02 + depth / 100_000, abs=0.02)
+        assert res["ttft"] == pytest.approx(0.02 + depth / 100_000, abs=0.05)
         assert decode_rate(res) == pytest.approx(expected, rel=0.05)
 
 
