@@ -44,7 +44,7 @@ CONF
 podman_service_start() {
   _tuner_install_podman
   _tuner_write_conf
-  local sock="$_tuner_run/podman.sock"
+  local sock="$_tuner_run/podman-$$.sock"      # one per run: demo and tests may run side by side
   rm -f "$sock"
   CONTAINERS_CONF="$_tuner_run/containers.conf" \
     podman system service --time=0 "unix://$sock" >"$_tuner_run/podman-service.log" 2>&1 &
@@ -65,6 +65,7 @@ podman_service_stop() {
     kill "$PODMAN_SERVICE_PID" 2>/dev/null || true
     wait "$PODMAN_SERVICE_PID" 2>/dev/null || true
   fi
+  rm -f "${CONTAINER_HOST#unix://}"
 }
 
 case "${1:-}" in
