@@ -47,7 +47,7 @@ podman_service_start() {
   local sock="$_tuner_run/podman-$$.sock"      # one per run: demo and tests may run side by side
   rm -f "$sock"
   CONTAINERS_CONF="$_tuner_run/containers.conf" \
-    podman system service --time=0 "unix://$sock" >"$_tuner_run/podman-service.log" 2>&1 &
+    podman system service --time=0 "unix://$sock" >"$_tuner_run/podman-service-$$.log" 2>&1 &
   export PODMAN_SERVICE_PID=$!
   export CONTAINER_HOST="unix://$sock"
   for _ in $(seq 1 100); do
@@ -56,7 +56,7 @@ podman_service_start() {
     sleep 0.1
   done
   echo "[setup] podman system service did not start; its log:" >&2
-  cat "$_tuner_run/podman-service.log" >&2
+  cat "$_tuner_run/podman-service-$$.log" >&2
   return 1
 }
 
