@@ -56,3 +56,17 @@ def serving(behaviour):
         yield f"http://127.0.0.1:{handle.port}"
     finally:
         handle.shutdown()
+
+
+def assert_plan_matches(report, want) -> None:
+    """A parsed boot report carries the planner's numbers for the seed-002 incumbent shape."""
+    p = report.plan
+    assert p["slots"] == want.slots
+    assert p["expert_cache_gib"] == pytest.approx(want.arena_gib, abs=0.006)
+    assert p["swap_slots"] == want.swap_slots
+    assert p["kv_reserve_gib"] == pytest.approx(want.kv_reserve_gib, abs=0.006)
+    assert p["graphs_gib"] == pytest.approx(want.graphs_gib, abs=0.006)
+    assert report.kv_pool_tokens == want.kv_tokens
+    assert report.max_concurrency == pytest.approx(round(want.max_concurrency, 2))
+    assert report.non_default_args["max_num_seqs"] == 4
+    assert report.compile_cache_hit is False
