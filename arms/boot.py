@@ -26,8 +26,8 @@ log = logging.getLogger("tuner.arms.boot")
 
 @dataclass(frozen=True)
 class BootLimits:
-    timeout_s: float = 1200.0
-    hang_s: float = 600.0
+    timeout_s: float = 1200.0     # the seed's boots take 420-490 s
+    hang_s: float = 600.0         # boot log silent this long and not ready: a hang
     poll_s: float = 1.0
 
 

@@ -100,6 +100,7 @@ def booted(host: Host, spec: ContainerSpec, *, log_path: Path, port: int, model:
         labels = dict(spec.labels)
         for orphan, _ in host.list_managed({k: v for k, v in labels.items() if k != LABEL_MANAGED}):
             host.remove(orphan)
+            log.info("[%s TEARDOWN] removed %s (interrupted while starting)", tag, orphan[:12])
         raise
     crashpoint("container-started", dict(spec.labels).get(LABEL_ARM))
     follower = None

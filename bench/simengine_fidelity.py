@@ -9,7 +9,6 @@ the measurement wall time per arm.
 """
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time

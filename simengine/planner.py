@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .behaviour import Behaviour, CorruptRule
 from .landscape import Landscape
@@ -109,7 +109,6 @@ class Plan:
     max_concurrency: float
     runtime_gib: float          # what the device really holds once graphs are captured
     prefetch_depth: int | None = None
-    notes: dict = field(default_factory=dict)
 
 
 def spec_tokens(values: dict) -> int:
@@ -211,7 +210,7 @@ def _oom(plan: Plan, needed: float, phase: str) -> BootFailure:
         "memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",))
 
 
-def rule_failure(rule: dict, values: dict) -> BootFailure:
+def rule_failure(rule: dict, values: dict, plan: Plan | None = None) -> BootFailure:
     fail = rule["fail"]
     kind = fail["kind"]
     seqs = int(values.get("max-num-seqs") or 4)
@@ -230,14 +229,12 @@ def rule_failure(rule: dict, values: dict) -> BootFailure:
             f"ValueError: max_num_seqs ({seqs}) exceeds available Mamba cache blocks ({blocks}). Each decode "
             "sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower "
             f"max_num_seqs to at most {blocks} or increase gpu_memory_utilization.",))
+    if kind == "oom" and plan is not None:
+        return _oom(plan, needed=float(fail.get("tried_gib", 0.07421875)), phase="graphs")
     if kind == "oom":
-        return BootFailure("graphs", _oom_lines(float(fail.get("tried_gib", 0.07421875))))
+        return BootFailure("graphs", ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate "
+                                      f"{float(fail.get('tried_gib', 0.07421875)) * 1024:.2f} MiB.",))
     return BootFailure(fail.get("phase", "init"), (str(fail.get("message", "RuntimeError: engine failed")),))
-
-
-def _oom_lines(tried_gib: float) -> tuple[str, ...]:
-    return (f"torch.OutOfMemoryError: HIP out of memory. Tried to allocate {tried_gib * 1024:.2f} MiB. GPU 0 has a "
-            "total capacity of 31.86 GiB of which 0 bytes is free.",)
 
 
 def matching_rules(land: Landscape, values: dict) -> list[dict]:

@@ -44,6 +44,14 @@ class ArmRunner:
         self.telemetry, self.link_gbs, self.probe_interval_s = telemetry, link_gbs, probe_interval_s
         self.last_boot = None
 
+    @classmethod
+    def for_campaign(cls, camp, host: Host, profile: EngineProfile, plan: MeasurePlan | None = None) -> "ArmRunner":
+        m, s = camp.raw.get("measure") or {}, camp.search
+        return cls(host, profile, campaign=camp.name, folder=camp.folder, plan=plan or camp.measure,
+                   limits=camp.boot, objective=s.objective, constraints=s.constraints, min_effect=s.min_effect,
+                   prune_below=s.prune_below, telemetry=camp.telemetry, link_gbs=m.get("link_gbs"),
+                   probe_interval_s=float(m.get("probe_interval_s", 2.0)))
+
     def arm_folder(self, n: int) -> Path:
         return self.folder / "arms" / f"{n:04d}"
 
@@ -94,7 +102,7 @@ class ArmRunner:
         rec["noise"] = objective_sigma(mdict)
         q = quality.check(self.reference(reference_arm), m, numerics)
         rec["quality"] = q.to_dict()
-        viol = self.constraints.violations(rec["boot"] | {"boot_s": boot.boot_s})
+        viol = self.constraints.violations(rec["boot"])
         obj = self.objective.value(mdict) if not pruned else None
         score = Score(feasible=not viol, violation=sum(viol.values()), objective=obj)
         rec["score"] = {"feasible": score.feasible, "violation": round(score.violation, 6), "objective": obj}

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from arms.boot import BootLimits
 from arms.errors import ConfigError
 from arms.shape import COMPILE_CACHE_TARGET, Lever, Mount, Shape
 
@@ -26,11 +27,7 @@ MEASURE_KEYS = {"depths", "runs", "warm_tokens", "max_tokens", "run_timeout_s", 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-@dataclass(frozen=True)
-class BootPlan:
-    timeout_s: float = 1200.0     # the seed's boots take 420-490 s
-    hang_s: float = 600.0         # boot log silent this long and not ready: a hang
-    poll_s: float = 1.0
+BootPlan = BootLimits              # the campaign's `boot:` section is the arm's boot limits
 
 
 @dataclass(frozen=True)

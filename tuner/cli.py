@@ -78,7 +78,7 @@ def _prepare(campaign_path: str, change_texts: list[str]):
 
 
 def cmd_boot(ns) -> int:
-    from arms.boot import BootLimits, boot_arm
+    from arms.boot import boot_arm
     from arms.lifecycle import sweep_orphans
     from tuner.render import boot_table
 
@@ -86,9 +86,8 @@ def cmd_boot(ns) -> int:
     sweep_orphans(host, camp.name)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     folder = camp.folder / "boots" / f"{stamp}-{shape.key()}"
-    limits = BootLimits(camp.boot.timeout_s, camp.boot.hang_s, camp.boot.poll_s)
     with boot_arm(host, shape, profile, campaign=camp.name, arm=f"boot-{stamp}", folder=folder,
-                  changes=changes, limits=limits) as (result, _booted):
+                  changes=changes, limits=camp.boot) as (result, _booted):
         pass
     if ns.json:
         print(json.dumps(result.to_dict(), indent=1, default=str))
@@ -149,7 +148,6 @@ def cmd_measure(ns) -> int:
         return _measure_and_print(ns.url.rstrip("/"), plan, api_from_profile(profile), ns)
     if not ns.campaign:
         raise ConfigError("give a campaign file, or --url http://HOST:PORT --profile NAME for a running engine")
-    from arms.boot import BootLimits
     from arms.lifecycle import sweep_orphans
     from tuner.arm_runner import ArmRunner
     from tuner.render import arm_report, boot_table
@@ -161,12 +159,7 @@ def cmd_measure(ns) -> int:
     sweep_orphans(host, camp.name)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     folder = camp.folder / "measures" / f"{stamp}-{shape.key()}"
-    mraw = camp.raw.get("measure") or {}
-    runner = ArmRunner(host, profile, campaign=camp.name, folder=camp.folder, plan=plan,
-                       limits=BootLimits(camp.boot.timeout_s, camp.boot.hang_s, camp.boot.poll_s),
-                       objective=camp.search.objective, constraints=camp.search.constraints,
-                       telemetry=camp.telemetry, link_gbs=mraw.get("link_gbs"),
-                       probe_interval_s=float(mraw.get("probe_interval_s", 2.0)))
+    runner = ArmRunner.for_campaign(camp, host, profile, plan)
     numerics = "changing" if any(camp.lever(n).numerics == "changing" for n in changes) else "preserving"
     change = next(iter(changes.items())) if len(changes) == 1 else None
     rec = runner.run(0, shape, kind="measure", change=change, numerics=numerics, incumbent=None,

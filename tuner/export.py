@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from arms.errors import ConfigError
-from arms.shape import ABSENT, format_value
+from arms.shape import format_value
+from tuner.journal import decode_value
 
 FORMATS = ("csv", "jsonl", "parquet")
 # (column prefix, key of a depth's measurement)
@@ -64,12 +65,10 @@ def load_records(folder: Path) -> list[dict]:
     return records
 
 
-def _thaw(v):
-    return ABSENT if v == {"__absent__": True} else v
 
 
 def change_value_text(v) -> str:
-    return format_value(_thaw(v))
+    return format_value(decode_value(v))
 
 
 def _precision(tel: dict | None):

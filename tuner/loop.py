@@ -17,16 +17,14 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from arms.boot import BootLimits
 from arms.errors import ConfigError
 from arms.host import Host
 from arms.lifecycle import crashpoint, sweep_orphans
 from arms.profiles import EngineProfile
-from arms.shape import ABSENT
 
 from .arm_runner import ArmRunner
 from .guard import Guard
-from .journal import Journal, repair_tail
+from .journal import Journal, decode_value, repair_tail
 from .search import Proposal, apply, encode_value, propose
 from .state import State, replay
 from .verdict import Score
@@ -70,13 +68,7 @@ class CampaignLoop:
         folder.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(folder / "journal.jsonl")
         self.study = open_study(folder / "optuna.journal", camp.name)
-        s = camp.search
-        self.runner = ArmRunner(host, profile, campaign=camp.name, folder=folder, plan=camp.measure,
-                                limits=BootLimits(camp.boot.timeout_s, camp.boot.hang_s, camp.boot.poll_s),
-                                objective=s.objective, constraints=s.constraints, min_effect=s.min_effect,
-                                prune_below=s.prune_below, telemetry=camp.telemetry,
-                                link_gbs=(camp.raw.get("measure") or {}).get("link_gbs"),
-                                probe_interval_s=float((camp.raw.get("measure") or {}).get("probe_interval_s", 2.0)))
+        self.runner = ArmRunner.for_campaign(camp, host, profile)
         self.choices = ["(incumbent)"] + sorted(camp.levers)
 
     # -- start: identity, reconcile ----------------------------------------------------------
@@ -193,7 +185,7 @@ class CampaignLoop:
         shape = self.camp.baseline
         for name in self.camp.levers:
             v = json.loads(trial.params[name])
-            shape = shape.with_change(name, ABSENT if v == {"__absent__": True} else v)
+            shape = shape.with_change(name, decode_value(v))
         return trial.number, shape
 
     def _run_one(self, st: State, p: Proposal) -> None:

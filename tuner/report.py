@@ -21,6 +21,7 @@ import pandas as pd
 from arms.errors import ConfigError
 from arms.shape import ABSENT, Change, Shape, format_value
 
+from .journal import decode_value
 from .export import arm_pairs, arms_frame, campaign_folder, load_records
 from .state import replay
 from .verdict import Constraints, NoiseBand
@@ -96,8 +97,6 @@ def _words(ch: Change) -> str:
     return f"set {flag} {format_value(ch.before)} → {format_value(ch.after)}"
 
 
-def _thaw(v):
-    return ABSENT if v == {"__absent__": True} else v
 
 
 @dataclass
@@ -127,7 +126,7 @@ class _Builder:
         self.constraints = Constraints.from_mapping(camp.get("constraints"), "campaign")
         self.baseline = Shape.from_dict(self.start["baseline"])
         pairs = arm_pairs(records)
-        self.arms = {s["arm"]: ArmView(s["arm"], s.get("kind"), (s["change"][0], _thaw(s["change"][1])) if s.get("change")
+        self.arms = {s["arm"]: ArmView(s["arm"], s.get("kind"), (s["change"][0], decode_value(s["change"][1])) if s.get("change")
                                        else None, s.get("incumbent"), s, e) for s, e in pairs}
         if not any(a.end is not None for a in self.arms.values()):
             raise ConfigError(f"{folder}: no finished arms yet, nothing to report "

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arms.shape import ABSENT, Lever, Shape, format_value
+from arms.shape import Lever, Shape, format_value
 
+from .journal import decode_value, encode_value  # noqa: F401 - encode_value is this module's API too
 from .state import MEMORY, STRUCTURAL, State
 
 
@@ -34,7 +35,7 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
     here = state.tried_here()
     hist = state.history()
     # undoing a confirmed move is known to lose: the confirmation measured exactly that pair
-    undo = {(m["change"][0], _value_text(_absent(m["previous_value"]))) for m in state.moves
+    undo = {(m["change"][0], _value_text(decode_value(m["previous_value"]))) for m in state.moves
             if m.get("change") and "previous_value" in m}
     out = []
     order = 0
@@ -77,10 +78,6 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
     return out
 
 
-def _absent(v):
-    return ABSENT if v == {"__absent__": True} else v
-
-
 def _pct(x) -> str:
     return "n/a" if x is None else f"{x:+.1%}"
 
@@ -114,8 +111,3 @@ def apply(shape: Shape, change: tuple[str, object] | None) -> Shape:
     return shape.with_change(change[0], change[1])
 
 
-def encode_value(v):
-    """A lever value as JSON for the journal and Optuna (ABSENT survives the round trip)."""
-    from arms.shape import thaw
-
-    return {"__absent__": True} if v is ABSENT else thaw(v)

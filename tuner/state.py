@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from arms.shape import Shape
 
+from .journal import decode_value
 from .verdict import NoiseBand, Score
 
 STRUCTURAL = {"constraint-violation", "bad-argument", "unsupported", "engine-init-failed", "no-gpu",
@@ -105,7 +106,7 @@ def replay(records: list[dict], baseline: Shape) -> State:
         elif op == "arm_start":
             ch = r.get("change")
             st.arms[r["arm"]] = Arm(n=r["arm"], kind=r["kind"], shape=Shape.from_dict(r["shape"]),
-                                    change=(ch[0], _thaw_value(ch[1])) if ch else None,
+                                    change=(ch[0], decode_value(ch[1])) if ch else None,
                                     incumbent=r["incumbent"], trial=r.get("trial"), start=r)
         elif op == "arm_end":
             a = st.arms.get(r["arm"])
@@ -134,8 +135,3 @@ def replay(records: list[dict], baseline: Shape) -> State:
             st.ended = r
     return st
 
-
-def _thaw_value(v):
-    from arms.shape import ABSENT
-
-    return ABSENT if v == {"__absent__": True} else v
