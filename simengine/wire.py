@@ -33,12 +33,18 @@ def log_line(process: str, level: str, where: str, msg: str, stamp: str | None =
 
 
 def telemetry_report(b: Behaviour, rank: int, steps: int) -> dict:
-    """The fork's ``expert_cache_rank<N>.json``: per-layer counter = per-step rate x steps."""
-    layers = []
+    """The fork's ``expert_cache_rank<N>.json``: per-layer counter = per-step rate x steps.
+
+    Rounded cumulatively over the layers of a kind, so a kind's total is the rounded exact
+    product (rounding each layer alone biases ratios such as prefetch precision by up to
+    half a count per layer, enough to move 36.4 % to 36.5 %)."""
+    layers, seen = [], {}
     for i, kind in enumerate(["resident"] * b.resident_layers + ["swap"] * b.swap_layers):
         rates = b.expert_counters.get(kind, {})
+        k = seen[kind] = seen.get(kind, 0) + 1
         layers.append({"layer": i, "kind": kind,
-                       **{c: round(rates.get(c, 0.0) * steps) for c in COUNTERS}})
+                       **{c: round(rates.get(c, 0.0) * steps * k)
+                          - round(rates.get(c, 0.0) * steps * (k - 1)) for c in COUNTERS}})
     totals = {c: sum(layer[c] for layer in layers) for c in COUNTERS}
     return {"rank": rank, "steps": steps, "slab_bytes": b.slab_bytes, "layers": layers,
             "totals": totals}

@@ -303,6 +303,20 @@ def test_stop_profile_writes_telemetry_files(tmp_path):
     assert any("expert cache telemetry rank 1: hit rate" in line for line in logs)
 
 
+def test_telemetry_totals_keep_the_landscape_ratio_at_any_step_count():
+    """Per-layer rounding must not drift a ratio: 2.913 / 8.0 is 36.4 % whatever the window."""
+    from simengine.wire import telemetry_report
+    swap = {"routed": 33.96, "hits": 27.60, "prefetched": 8.0, "served_by_prefetch": 2.913}
+    b = make(resident_layers=3, swap_layers=45, expert_counters={"swap": swap}, slab_bytes=1)
+    drift = []
+    for steps in range(1, 400):
+        t = telemetry_report(b, 0, steps)["totals"]
+        assert t["prefetched"] == 8 * 45 * steps
+        assert abs(t["served_by_prefetch"] - 2.913 * 45 * steps) <= 0.5 + 1e-6
+        drift.append(round(100 * t["served_by_prefetch"] / t["prefetched"]))
+    assert set(drift[10:]) == {36}
+
+
 def test_stop_profile_hang_and_no_files_without_telemetry(tmp_path):
     with serving(make(stop_profile_hang_s=0.3, profiler_dir=str(tmp_path))) as (_, c, _):
         c.post("/start_profile")
