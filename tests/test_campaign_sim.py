@@ -107,3 +107,37 @@ def test_gpu_memory_taken_by_another_process_is_named():
     got = gpu_holders(FakeNvml())
     assert got and got[0][0] == 1 and got[0][2] == 20 * 2**30
     assert gpu_holders(object()) is None            # no reader: nothing can be said
+
+
+def test_an_unreachable_constraint_keeps_the_production_shape_and_exits_0(tmp_path):
+    """Bad input: no reachable shape holds two 200k contexts (no lever moves the window or the
+    KV dtype). A bigger pool is progress and moves the incumbent, but the night ends with
+    'no shape satisfies', the report recommends the production shape, promote refuses."""
+    import pytest
+
+    from arms.errors import ConfigError
+    from tuner.production import choose
+    from tuner.state import replay
+
+    levers = {"kv-cache-memory-bytes": [2147483648, 3150000000], "env.R4D_LRU_GATHER_CHUNKS": [8, 32]}
+    path = campaign(tmp_path, "no-fit", budget={"max_arms": 8},
+                    constraints={"max_concurrency_at": {"tokens": 200704, "min": 1.99}})
+    raw = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**raw, "levers": levers}))
+    r = subprocess.run([sys.executable, "-m", "tuner.cli", "run", str(path), "--simulated", "--quiet"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "verdict: no shape satisfies max concurrency >= 1.99x at 200,704 tokens" in r.stdout
+    folder = tmp_path / "journal" / "no-fit"
+    recs = [json.loads(x) for x in (folder / "journal.jsonl").read_text().splitlines()]
+    moves = [x for x in recs if x["op"] == "incumbent"]
+    assert moves and dict(moves[-1]["shape"]["args"])["kv-cache-memory-bytes"] == 3150000000    # progress, not a fit
+    assert moves[-1]["score"]["feasible"] is False and 1.0 < moves[-1]["score"]["violation"] < 1.71
+    assert recs[-1]["op"] == "campaign_end" and recs[-1]["verdict"].startswith("no shape satisfies")
+    rep = subprocess.run([sys.executable, "-m", "tuner.cli", "report", str(folder)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    assert "**No shape satisfies** max concurrency >= 1.99x at 200,704 tokens" in rep.stdout
+    assert "**Recommended shape:** keep the production shape as it is" in rep.stdout
+    with pytest.raises(ConfigError, match="no shape satisfies the campaign's constraints"):
+        choose(replay(recs, load_campaign(path).baseline), None, force=False)

@@ -39,6 +39,22 @@ def test_concurrency_constraint_from_the_kv_pool():
     assert c.violations(window)["max_concurrency_at"] == pytest.approx(1.0)
 
 
+def test_short_window_ranks_below_any_window_that_fits_but_a_denser_pool_is_progress():
+    """Seed 002's path one change at a time: fp8 KV at 32k (window still short) must score as
+    progress over bf16 at 32k, and any 200k window beats any 32k one."""
+    c = Constraints.from_mapping({"max_concurrency_at": {"tokens": 200704, "min": 1.99}}, "c.yaml")
+    bf16_32k = {"report": {"kv_pool_tokens": 116_600, "max_concurrency_len": 32768}}
+    fp8_32k = {"report": {"kv_pool_tokens": 177_900, "max_concurrency_len": 32768}}
+    fp8_200k = {"report": {"kv_pool_tokens": 272_000, "max_concurrency_len": 200704, "max_concurrency": 1.36}}
+    v = [c.violations(x)["max_concurrency_at"] for x in (bf16_32k, fp8_32k, fp8_200k)]
+    assert v[0] == pytest.approx(1 + (1.99 - 0.58) / 1.99) and v[0] > v[1] > 1.0 > v[2]
+    assert v[2] == pytest.approx((1.99 - 1.36) / 1.99)
+    scores = [Score(False, x, 30.0) for x in v]
+    assert judge(scores[1], scores[0], NoiseBand()).verdict == "better"
+    assert judge(scores[1], scores[0], NoiseBand()).reason == f"constraint violation {v[0]:.2f} -> {v[1]:.2f}"
+    assert judge(scores[0], scores[2], NoiseBand()).verdict == "worse"
+
+
 @pytest.mark.parametrize("arm,inc,samples,verdict", [
     (Score(True, 0, 41.0), Score(True, 0, 40.0), (40.0,), "better"),          # +2.5 % > 2 % floor
     (Score(True, 0, 40.6), Score(True, 0, 40.0), (40.0,), "parity"),          # +1.5 %

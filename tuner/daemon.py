@@ -115,7 +115,7 @@ def run_campaign(ns) -> int:
             pass
     print(f"campaign {camp.name}: {summary.reason}; {summary.arms} arms; incumbent {summary.incumbent_key} "
           f"(objective {summary.incumbent_objective if summary.incumbent_objective is None else round(summary.incumbent_objective, 2)}); "
-          f"{summary.moves} incumbent moves")
+          f"{summary.moves} incumbent moves" + (f"\nverdict: {summary.verdict}" if summary.verdict else ""))
     return 0
 
 

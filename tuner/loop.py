@@ -54,6 +54,7 @@ class Summary:
     incumbent_key: str
     incumbent_objective: float | None
     moves: int
+    verdict: str | None = None      # "no shape satisfies …" when the constraints were never met
 
 
 class CampaignLoop:
@@ -166,11 +167,22 @@ class CampaignLoop:
             st = replay(self.journal.records, self.camp.baseline)
             if self.on_arm:
                 self.on_arm(st, st.arms[max(st.arms)].end or {})
+        verdict = self._verdict(st)
         self.journal.append("campaign_end", reason=reason, arms=len(st.arms),
-                            incumbent=st.incumbent.to_dict() if st.incumbent else None)
-        log.info("[campaign END] %s after %d arms", reason, len(st.arms))
+                            incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict)
+        log.info("[campaign END] %s after %d arms%s", reason, len(st.arms), f" — {verdict}" if verdict else "")
         return Summary(reason, len(st.arms), st.incumbent.key(), (st.incumbent_score or Score(True, 0, None)).objective,
-                       len(st.moves))
+                       len(st.moves), verdict)
+
+    def _verdict(self, st: State) -> str | None:
+        """``no shape satisfies …`` when the campaign has constraints and its incumbent still breaks
+        them: nothing measured tonight can be recommended, production keeps its shape."""
+        cons = self.camp.search.constraints
+        wanted = cons.describe() if cons else []
+        if not wanted or st.incumbent_score is None or st.incumbent_score.feasible:
+            return None
+        return (f"no shape satisfies {'; '.join(wanted)} (best violation {st.incumbent_score.violation:.2f}, "
+                f"arm {st.incumbent_arm}): the production shape is kept")
 
     def _joint_proposal(self, st: State) -> Proposal:
         """Joint mode (for comparison): Optuna's sampler picks a whole shape from the lever space."""

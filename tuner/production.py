@@ -118,6 +118,11 @@ def choose(st: State, arm: int | None, force: bool) -> Choice:
             arm = base.n
         else:
             arm = st.moves[-1]["arm"]
+            sc = st.moves[-1].get("score") or {}
+            if sc.get("feasible") is False and not force:
+                raise ConfigError(f"no shape satisfies the campaign's constraints: the final incumbent (arm {arm}) "
+                                  f"still breaks them (violation {sc.get('violation', 0):.2f}); production keeps its "
+                                  "shape (--arm N --force promotes an arm anyway)")
     a = st.arms.get(arm)
     if a is None or a.end is None:
         known = ", ".join(str(x.n) for x in sorted(finished, key=lambda x: x.n)[-8:])

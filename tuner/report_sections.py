@@ -49,6 +49,14 @@ def headline(b, df: pd.DataFrame, series: list[dict]) -> Section:
     else:
         s.add("p", f"**Incumbent at end:** unchanged — no arm beat the production shape beyond the noise band "
                    f"({band}).")
+    infeasible = bool(b.constraints.describe()) and st.incumbent_score is not None and not st.incumbent_score.feasible
+    if infeasible:
+        s.add("p", f"**No shape satisfies** {'; '.join(b.constraints.describe())}: the best arm "
+                   f"(#{st.incumbent_arm}, violation {st.incumbent_score.violation:.2f}) still breaks them, so "
+                   "nothing measured tonight is recommended.")
+        s.add("p", "**Recommended shape:** keep the production shape as it is (relax the constraint, or add the "
+                   "levers that reach it: a longer window, a denser KV dtype, a bigger KV pool).")
+        return s
     diff = b.baseline.diff(st.incumbent)
     if diff:
         s.add("p", "**Recommended shape** — the production shape with:")
@@ -280,7 +288,7 @@ def constraints(b, df: pd.DataFrame) -> Section:
     broke = Counter(k for a in b.finished() for k in ((a.end or {}).get("violations") or {}))
     items = []
     for key, text in named:
-        state = f"**violated** by {inc_v[key]:.0%}" if key in inc_v else "met"
+        state = f"**violated** (violation {inc_v[key]:.2f})" if key in inc_v else "met"
         items.append(f"{text}: {state} by the incumbent; broken by {broke.get(key, 0):,} arm(s)")
     return s.add("ul", items)
 

@@ -87,19 +87,29 @@ class Constraints:
             out.append(f"arena >= {self.min_slots:,} slots")
         return out
 
+    def _concurrency_violation(self, rep: dict) -> float:
+        """Relative shortfall of the pool against ``min`` requests of ``tokens`` tokens. A window
+        shorter than ``tokens`` cannot serve one such request at all: it scores 1 + the shortfall
+        its pool alone would leave, so it ranks below every shape that can, and a bigger or
+        denser pool (fp8 KV) still counts as progress toward the constraint (one change at a
+        time, the window is usually not the first lever to move)."""
+        tokens, need = self.concurrency_tokens, self.concurrency_min
+        max_len = rep.get("max_concurrency_len") or rep.get("max_model_len") or 0
+        conc = (rep.get("kv_pool_tokens") or 0) / tokens
+        if rep.get("max_concurrency") is not None and max_len == tokens:
+            conc = rep["max_concurrency"]              # the engine's own figure, as it prints it
+        conc = round(conc, 2)                          # engines print %.2fx; the contract is in those units
+        short = max(0.0, need - conc) / need if conc + 1e-9 < need else 0.0
+        return short if max_len >= tokens else 1.0 + short
+
     def violations(self, boot: dict) -> dict[str, float]:
         """Relative shortfall per violated constraint (0 = met) from a BootResult.to_dict()."""
         rep = boot.get("report") or {}
         out: dict[str, float] = {}
         if self.concurrency_tokens:
-            max_len = rep.get("max_concurrency_len") or rep.get("max_model_len") or 0
-            pool = rep.get("kv_pool_tokens") or 0
-            conc = pool / self.concurrency_tokens if max_len >= self.concurrency_tokens else 0.0
-            if rep.get("max_concurrency") is not None and max_len == self.concurrency_tokens:
-                conc = rep["max_concurrency"]          # the engine's own figure, as it prints it
-            conc = round(conc, 2)                      # engines print %.2fx; the contract is in those units
-            if conc + 1e-9 < self.concurrency_min:
-                out["max_concurrency_at"] = (self.concurrency_min - conc) / self.concurrency_min
+            v = self._concurrency_violation(rep)
+            if v > 1e-9:
+                out["max_concurrency_at"] = v
         if self.boot_seconds_max and (boot.get("boot_s") or 0) > self.boot_seconds_max:
             out["boot_seconds_max"] = (boot["boot_s"] - self.boot_seconds_max) / self.boot_seconds_max
         slots = (rep.get("plan") or {}).get("slots")
@@ -179,9 +189,9 @@ def judge(arm: Score, incumbent: Score, band: NoiseBand, min_effect: float = 0.0
     if not arm.feasible:
         gain = incumbent.violation - arm.violation
         if gain > 1e-6:
-            return Judgement("better", None, threshold, f"constraint shortfall {incumbent.violation:.0%} -> {arm.violation:.0%}")
+            return Judgement("better", None, threshold, f"constraint violation {incumbent.violation:.2f} -> {arm.violation:.2f}")
         if gain < -1e-6:
-            return Judgement("worse", None, threshold, f"constraint shortfall {incumbent.violation:.0%} -> {arm.violation:.0%}")
+            return Judgement("worse", None, threshold, f"constraint violation {incumbent.violation:.2f} -> {arm.violation:.2f}")
     if arm.objective is None or incumbent.objective is None or incumbent.objective <= 0:
         return Judgement("worse" if arm.objective is None else "parity", None, threshold, "no objective to compare")
     delta = arm.objective / incumbent.objective - 1
