@@ -72,3 +72,12 @@ def test_judge(arm, inc, samples, verdict):
 def test_noise_band_is_half_the_relative_range():
     assert NoiseBand((38.0, 40.0, 42.0)).relative == pytest.approx(0.05)
     assert NoiseBand((40.0,)).relative == 0.0
+
+
+def test_a_sliver_closer_to_the_constraint_does_not_buy_a_slower_shape():
+    """Seed 002's 262k trap: a 262,144 window prices the mamba state over more tokens and comes
+    0.015 closer to the contract than 200,704, at -8 % decode: the objective decides."""
+    inc, longer = Score(False, 0.3166, 43.8), Score(False, 0.3015, 40.2)
+    assert judge(longer, inc, NoiseBand()).verdict == "worse"
+    assert judge(Score(False, 0.3015, 43.9), inc, NoiseBand()).verdict == "parity"
+    assert judge(Score(False, 0.25, 40.0), inc, NoiseBand()).verdict == "better"     # real progress still wins

@@ -181,6 +181,10 @@ class Judgement:
     extra: dict = field(default_factory=dict)
 
 
+VIOLATION_TIE = 0.05   # among shapes that miss the constraints, closer by less than this is a tie: the
+                       # objective decides (a 262k window 1.5 % closer to the contract is not worth -8 % decode)
+
+
 def judge(arm: Score, incumbent: Score, band: NoiseBand, min_effect: float = 0.02) -> Judgement:
     threshold = max(band.relative, min_effect)
     if arm.feasible != incumbent.feasible:
@@ -188,9 +192,9 @@ def judge(arm: Score, incumbent: Score, band: NoiseBand, min_effect: float = 0.0
         return Judgement(v, None, threshold, "meets the constraints" if arm.feasible else "breaks a constraint")
     if not arm.feasible:
         gain = incumbent.violation - arm.violation
-        if gain > 1e-6:
+        if gain > VIOLATION_TIE:
             return Judgement("better", None, threshold, f"constraint violation {incumbent.violation:.2f} -> {arm.violation:.2f}")
-        if gain < -1e-6:
+        if gain < -VIOLATION_TIE:
             return Judgement("worse", None, threshold, f"constraint violation {incumbent.violation:.2f} -> {arm.violation:.2f}")
     if arm.objective is None or incumbent.objective is None or incumbent.objective <= 0:
         return Judgement("worse" if arm.objective is None else "parity", None, threshold, "no objective to compare")
