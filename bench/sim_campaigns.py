@@ -19,29 +19,18 @@ import json
 import logging
 import random
 import statistics
-import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import yaml
+from simbench import PARSER, PROFILE, arm_runner, lever_values, sim_campaign, truth, write_campaign
+from simbench import measure_arm as measure_score
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from arms.argv import render_argv, render_env  # noqa: E402
-from arms.boot import BootLimits  # noqa: E402
-from arms.profiles import load_profile  # noqa: E402
-from arms.shape import ABSENT, Shape  # noqa: E402
-from host.simhost import SimHost  # noqa: E402
-from simengine import planner  # noqa: E402
-from simengine.cli import build_parser, known_flags, shape_values  # noqa: E402
-from simengine.landscape import DEFAULT_LANDSCAPE, load_landscape  # noqa: E402
-from tuner.arm_runner import ArmRunner  # noqa: E402
-from tuner.campaign import load_campaign  # noqa: E402
-from tuner.loop import CampaignLoop  # noqa: E402
-from tuner.verdict import NoiseBand  # noqa: E402
+from arms.shape import Shape
+from simengine.cli import known_flags
+from simengine.landscape import DEFAULT_LANDSCAPE, load_landscape
+from tuner.loop import CampaignLoop
 
 BASE = {"tensor-parallel-size": 2, "max-model-len": 32768, "gpu-memory-utilization": 0.98,
         "kv-cache-memory-bytes": 2147483648, "max-num-seqs": 4, "enable-prefix-caching": True,
@@ -59,26 +48,11 @@ LEVERS = {
 }
 WITHIN = 0.03   # "reached": true objective within 3 % of the optimum (the measurement's resolution at 2.5 % noise)
 MEASURE = {"depths": [166, 1087, 4064], "runs": 3, "warm_tokens": 64, "max_tokens": 256}
-PARSER = build_parser()
-
-
-def lever_values(spec):
-    return spec["values"] if isinstance(spec, dict) else spec
 
 
 def true_objective(land, shape: Shape) -> float | None:
     """Noise-free decode_geomean of a shape from the landscape; None if it fails or corrupts."""
-    ns = PARSER.parse_args(["serve"] + render_argv(shape))
-    v = shape_values(ns, PARSER, render_env(shape))
-    p = planner.make_plan(land, v)
-    for ph in ("startup", "plan", "kv", "graphs"):
-        if planner.memory_failure(land, p, v, ph):
-            return None
-    for r in planner.matching_rules(land, v):
-        if r.get("fail") is not None or r.get("corrupt") is not None:
-            return None
-    rates = planner.decode_rates(land, v, p)
-    return (rates[166] * rates[1087] * rates[4064]) ** (1 / 3)
+    return truth(land, shape).objective
 
 
 def all_shapes(base: Shape):
@@ -86,30 +60,18 @@ def all_shapes(base: Shape):
     for combo in itertools.product(*(lever_values(LEVERS[n]) for n in names)):
         s = base
         for n, val in zip(names, combo):
-            s = s.with_change(n, ABSENT if val == "absent" else val)
+            s = s.with_change(n, val)
         yield s
 
 
 def campaign_file(tmp: Path, name: str, landscape: Path | None, **extra) -> Path:
-    env = dict(BASE_ENV)
-    data = {"name": name, "engine": "simengine",
-            "baseline": {"image": "localhost/offload-tuner-simengine:sim", "model": "/models/sim", "args": BASE,
-                         "env": env, "port": 8000},
-            "levers": LEVERS, "measure": MEASURE, "journal": str(tmp / "journal"), **extra}
-    p = tmp / f"{name}.yaml"
-    p.write_text(yaml.safe_dump(data, sort_keys=False))
-    return p
-
-
-def host_for(camp, landscape, seed):
-    host = SimHost.for_campaign(camp, landscape=str(landscape) if landscape else None, noise_seed=seed)
-    return host, replace(camp, baseline=replace(camp.baseline, image=host.resolve_image(camp.baseline.image).ref))
+    return write_campaign(tmp, name, args=BASE, env=BASE_ENV, levers=LEVERS, measure=MEASURE, compile_cache=False,
+                          **extra)
 
 
 def run_tuner(tmp, seed, land, best, budget):
-    camp = load_campaign(campaign_file(tmp, f"tuner{seed}", None, budget={"max_arms": budget}))
-    host, camp = host_for(camp, None, seed)
-    CampaignLoop(camp, host, load_profile("simengine"), max_arms=budget).run()
+    camp, host = sim_campaign(campaign_file(tmp, f"tuner{seed}", None, budget={"max_arms": budget}), seed)
+    CampaignLoop(camp, host, PROFILE, max_arms=budget).run()
     recs = [json.loads(x) for x in (camp.folder / "journal.jsonl").read_text().splitlines()]
     reached, promotions, fails = None, 0, 0
     for r in recs:
@@ -125,20 +87,13 @@ def run_tuner(tmp, seed, land, best, budget):
 
 
 def measure_arm(runner, n, shape):
-    rec = runner.run(n, shape, kind="measure", change=None, numerics="preserving", incumbent=None,
-                     incumbent_depths=None, band=NoiseBand(), reference_arm=None)
-    if rec.get("verdict") != "measured" or (rec.get("quality") or {}).get("verdict") == "corrupt":
-        return None
-    return (rec.get("score") or {}).get("objective")
+    sc = measure_score(runner, n, shape)
+    return None if sc is None else sc.objective
 
 
 def runner_for(tmp, name, seed):
-    camp = load_campaign(campaign_file(tmp, name, None))
-    host, camp = host_for(camp, None, seed)
-    r = ArmRunner(host, load_profile("simengine"), campaign=camp.name, folder=camp.folder, plan=camp.measure,
-                  limits=BootLimits(1200, 600, 1.0), objective=camp.search.objective,
-                  constraints=camp.search.constraints, probe_interval_s=3600)
-    return r, camp, host
+    camp, host = sim_campaign(campaign_file(tmp, name, None), seed)
+    return arm_runner(camp, host), camp, host
 
 
 def run_exhaustive(tmp, seed, land, best, budget):
@@ -150,8 +105,8 @@ def run_exhaustive(tmp, seed, land, best, budget):
         results = []
         for name, spec in LEVERS.items():
             for val in lever_values(spec):
-                v = ABSENT if val == "absent" else val
-                if inc.value_of(name) == v or (v is ABSENT and inc.value_of(name) is ABSENT):
+                v = val
+                if inc.value_of(name) == v:
                     continue
                 s = inc.with_change(name, v)
                 results.append((measure_arm(runner, n, s), s))
@@ -197,9 +152,9 @@ def flat_landscape(tmp: Path, seed: int) -> Path:
 
 
 def run_flat(tmp, seed, budget):
-    camp = load_campaign(campaign_file(tmp, f"flat{seed}", None, budget={"max_arms": budget}))
-    host, camp = host_for(camp, flat_landscape(tmp, seed), seed)
-    s = CampaignLoop(camp, host, load_profile("simengine"), max_arms=budget).run()
+    camp, host = sim_campaign(campaign_file(tmp, f"flat{seed}", None, budget={"max_arms": budget}), seed,
+                              flat_landscape(tmp, seed))
+    s = CampaignLoop(camp, host, PROFILE, max_arms=budget).run()
     return {"arms": s.arms, "promotions": s.moves, "virtual_h": host.now() / 3600}
 
 
@@ -220,15 +175,14 @@ def main() -> int:
     t0 = time.time()
     tmp = Path(tempfile.mkdtemp(prefix="bench-sim-"))
     land = load_landscape(None, known_flags(PARSER))
-    base = load_campaign(campaign_file(tmp, "probe", None)).baseline
-    objs = [(true_objective(land, s), s) for s in all_shapes(base.__class__.from_dict({**base.to_dict(),
-                                                                                       "image": "x@sha256:" + "0" * 64}))]
+    base = sim_campaign(campaign_file(tmp, "probe", None), 0)[0].baseline
+    objs = [(true_objective(land, s), s) for s in all_shapes(base)]
     best, best_shape = max(((o, s) for o, s in objs if o is not None), key=lambda x: x[0])
     lines = [f"command: .venv/bin/python bench/sim_campaigns.py --seeds {args.seeds} --flat-seeds {args.flat_seeds} "
              f"--budget {args.budget}", "",
              f"reached = the incumbent's true objective within {args.within:.0%} of the optimum", "",
              f"lever space: {len(objs)} shapes; true optimum decode_geomean {best:.2f} tok/s "
-             f"(baseline {true_objective(land, best_shape.__class__.from_dict({**base.to_dict(), 'image': 'x@sha256:' + '0' * 64})):.2f}); "
+             f"(baseline {true_objective(land, base):.2f}); "
              "noise: the default landscape's sigma 2.5 % per request", "",
              "| seed | tuner: arms to optimum | tuner promotions | tuner boot failures | exhaustive sweep: arms | random: arms |",
              "|---|---|---|---|---|---|"]
@@ -270,4 +224,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
