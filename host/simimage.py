@@ -39,6 +39,7 @@ class SimImage:
     tag: str
     built: bool   # False when an image with the same input hash already existed
     size_bytes: int
+    pruned: tuple[str, ...] = ()   # tags of superseded builds removed after this one was built
 
 
 def _ldd(path: Path) -> list[Path]:
@@ -150,5 +151,30 @@ def ensure_image(client, rebuild: bool = False) -> SimImage:
     digest = img.attrs.get("Digest")
     if not digest:
         raise RuntimeError(f"image {tag} has no digest; rebuild it with `tuner image --rebuild`")
+    pruned = prune_superseded(client, keep_id=img.id) if built else ()
     return SimImage(ref=f"{REPO}@{digest}", image_id=img.id, tag=tag, built=built,
-                    size_bytes=int(img.attrs.get("Size") or 0))
+                    size_bytes=int(img.attrs.get("Size") or 0), pruned=pruned)
+
+
+def prune_superseded(client, keep_id: str) -> tuple[str, ...]:
+    """Remove the simulated-engine images other than ``keep_id`` (one per source change or
+    forced rebuild, ~70 MB each) that no container uses; an image a container still holds is
+    left alone. Returns the tags (or short ids) removed."""
+    from podman.errors import APIError
+
+    removed = []
+    for img in client.images.list(filters={"label": "tuner.input-hash"}):
+        if img.id == keep_id:
+            continue
+        if client.containers.list(all=True, filters={"ancestor": img.id}):
+            log.info("keeping superseded %s: a container uses it", img.tags or img.id[:12])
+            continue
+        try:
+            client.images.remove(img.id, force=False)
+        except APIError as e:
+            log.info("keeping superseded %s: %s", img.tags or img.id[:12], e)
+            continue
+        removed += img.tags or [img.id[:12]]
+    if removed:
+        log.info("pruned %d superseded simulated-engine image(s): %s", len(removed), ", ".join(removed))
+    return tuple(removed)

@@ -112,3 +112,29 @@ def test_default_landscape_reproduces_seed_arms_through_http(podman_host, sim_im
                 assert runs[0]["usage"]["prompt_tokens"] == depth
                 got = statistics.median(r["decode"] for r in runs) / scale
                 assert got == pytest.approx(want, rel=0.025), (name, depth, got)   # seed noise band: +-1 tok/s
+
+
+def test_superseded_engine_images_are_pruned_unless_a_container_holds_one(podman_host, sim_image, tmp_path):
+    """One image per source change would pile up (~70 MB each): a build removes the older ones,
+    but never one a container still uses, nor the image just built."""
+    from host.simimage import prune_superseded
+
+    client = podman_host.client
+    (tmp_path / "f").write_text("x")
+    old = {}
+    for h in ("old-a", "old-b"):
+        (tmp_path / "Containerfile").write_text(f"FROM scratch\nCOPY f /f-{h}\n")
+        img, _ = client.images.build(path=str(tmp_path), dockerfile="Containerfile", pull=False,
+                                     tag=f"localhost/offload-tuner-simengine:{h}", labels={"tuner.input-hash": h})
+        old[h] = img.id
+    holder = client.containers.create(old["old-b"], command=["/f-old-b"], name=f"prune-holder-{free_port()}")
+    try:
+        removed = prune_superseded(client, keep_id=sim_image.image_id)
+        assert "localhost/offload-tuner-simengine:old-a" in removed
+        assert "localhost/offload-tuner-simengine:old-b" not in removed
+        assert client.images.exists(old["old-b"]) and not client.images.exists(old["old-a"])
+        assert client.images.exists(sim_image.image_id)
+    finally:
+        holder.remove(force=True)
+    assert prune_superseded(client, keep_id=sim_image.image_id) == ("localhost/offload-tuner-simengine:old-b",)
+    assert client.images.exists(sim_image.image_id)

@@ -40,7 +40,7 @@ def cmd_image(ns) -> int:
     t0 = time.monotonic()
     img = ensure_image(host.client, rebuild=ns.rebuild)
     print(json.dumps({"ref": img.ref, "tag": img.tag, "built": img.built, "size_bytes": img.size_bytes,
-                      "seconds": round(time.monotonic() - t0, 1)}) if ns.json else img.ref)
+                      "pruned": list(img.pruned), "seconds": round(time.monotonic() - t0, 1)}) if ns.json else img.ref)
     return 0
 
 
