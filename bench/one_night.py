@@ -1,8 +1,9 @@
 """One night instead of three (issue 8): seed 002's campaign in simulated time.
 
-Start from the 2026-09-29 shape (32k window, bf16 KV in a 2 GiB pool, MTP4, prefetch on,
-gather 8x16) with the capacity contract as the campaign's constraint (two 200,704-token
-contexts: max concurrency >= 1.99x) and every lever of the three nights. Per seed (the
+The campaign is examples/one-night.yaml: the 2026-09-29 shape (32k window, bf16 KV in a 2 GiB
+pool, MTP4, prefetch on, gather 8x16) with the capacity contract as the campaign's constraint
+(two 200,704-token contexts: max concurrency >= 1.99x) and every lever of the three nights, the
+compile cache mounted. Per seed (the
 landscape's noise seed), run
   - the tuner (CampaignLoop on a SimHost: confirmations, rechecks, pruning, the journal),
   - an exhaustive one-change sweep (measure every neighbour of the incumbent, move to the best
@@ -24,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from simbench import (PROFILE, Truth, arm_runner, lever_values, measure_arm, sim_campaign, truth,
+import yaml
+from simbench import (PROFILE, REPO, Truth, arm_runner, lever_values, measure_arm, sim_campaign, truth,
                       write_campaign)
 
 from arms.shape import ABSENT, Shape
@@ -34,32 +36,14 @@ from tuner.loop import CampaignLoop
 from tuner.state import State
 from tuner.verdict import Constraints, Score
 
-START_ARGS = {"tensor-parallel-size": 2, "max-model-len": 32768, "gpu-memory-utilization": 0.98,
-              "kv-cache-memory-bytes": 2147483648, "max-num-seqs": 4, "enable-prefix-caching": True,
-              "speculative-config": {"method": "mtp", "num_speculative_tokens": 4}, "expert-prefetch": 1}
-START_ENV = {"R4D_LRU_GATHER_CHUNKS": 8, "R4D_LRU_GATHER_LANES": 16}
-MTP = [{"method": "mtp", "num_speculative_tokens": k} for k in (3, 4, 6)]
-LEVERS = {                                   # every lever the operators of seed 002 turned
-    "expert-prefetch": ["absent", 1, 2],
-    "speculative-config": ["absent", *MTP, {"method": "ngram", "num_speculative_tokens": 4}],
-    "env.R4D_LRU_GATHER_CHUNKS": [8, 16, 32, 64],
-    "env.R4D_LRU_GATHER_LANES": [16, 32, 64, 128],
-    "env.R4D_LRU_UVA_TOKENS": ["absent", 2048, 8192],
-    "max-num-batched-tokens": [1024, 2048, 4096, 8192],
-    "max-num-seqs": [2, 3, 4, 6],
-    "kv-cache-dtype": {"values": ["absent", "fp8"], "numerics": "changing"},
-    "max-model-len": [32768, 200704, 262144],
-    "kv-cache-memory-bytes": [2147483648, 3150000000, 6100000000],
-    "expert-precise-memory": ["absent", True],
-    "gpu-memory-utilization": [0.95, 0.98, 0.99],
-    "env.CLAV_TUNABLEOP_WITH_OFFLOAD": {"values": ["absent", 1], "numerics": "changing"},
-}
+EXAMPLE = REPO / "examples" / "one-night.yaml"      # the campaign: start shape, levers, constraint, measure
+_RAW = yaml.safe_load(EXAMPLE.read_text())
+START_ARGS, START_ENV = _RAW["baseline"]["args"], _RAW["baseline"]["env"]
+LEVERS, CONSTRAINTS, MEASURE = _RAW["levers"], _RAW["constraints"], _RAW["measure"]
 SHAPE_E = {"expert-prefetch": ABSENT, "speculative-config": ABSENT, "env.R4D_LRU_GATHER_CHUNKS": 32,
            "env.R4D_LRU_GATHER_LANES": 64, "max-num-batched-tokens": 1024, "expert-precise-memory": True,
            "max-num-seqs": 3, "max-model-len": 200704, "kv-cache-dtype": "fp8",
            "kv-cache-memory-bytes": 3150000000}
-CONSTRAINTS = {"max_concurrency_at": {"tokens": 200704, "min": 1.99}}
-MEASURE = {"depths": [166, 1087, 4064], "runs": 3, "warm_tokens": 64, "max_tokens": 256}
 
 
 def with_changes(shape: Shape, changes: dict) -> Shape:

@@ -141,3 +141,30 @@ def test_an_unreachable_constraint_keeps_the_production_shape_and_exits_0(tmp_pa
     assert "**Recommended shape:** keep the production shape as it is" in rep.stdout
     with pytest.raises(ConfigError, match="no shape satisfies the campaign's constraints"):
         choose(replay(recs, load_campaign(path).baseline), None, force=False)
+
+
+def test_the_one_night_example_reaches_shape_e_in_simulated_time(tmp_path):
+    """examples/one-night.yaml (seed 002's three nights as one campaign, issue 8) in simulated
+    time: from the 09-29 shape it ends on a shape that holds two 200k contexts, with shape E's
+    levers, well inside its 10-hour budget. bench/one_night.py runs it over 20 seeds."""
+    raw = yaml.safe_load((REPO / "examples" / "one-night.yaml").read_text())
+    raw["journal"] = str(tmp_path / "journal")
+    raw["baseline"]["compile_cache"] = str(tmp_path / "cache")
+    path = tmp_path / "one-night.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    camp = load_campaign(path)
+    host = SimHost.for_campaign(camp, noise_seed=3)
+    camp = replace(camp, baseline=replace(camp.baseline, image=host.resolve_image(camp.baseline.image).ref))
+    summary = CampaignLoop(camp, host, load_profile("simengine"), deadline=host.now() + 10 * 3600).run()
+    recs = [json.loads(x) for x in (camp.folder / "journal.jsonl").read_text().splitlines()]
+    final = [r for r in recs if r["op"] == "incumbent"][-1]
+    args, env = dict(final["shape"]["args"]), final["shape"]["env"]
+    assert final["score"]["feasible"] and summary.verdict is None
+    assert {k: args.get(k) for k in ("max-model-len", "kv-cache-dtype", "kv-cache-memory-bytes")} == \
+        {"max-model-len": 200704, "kv-cache-dtype": "fp8", "kv-cache-memory-bytes": 3150000000}
+    assert "expert-prefetch" not in args and "speculative-config" not in args
+    assert (env["R4D_LRU_GATHER_CHUNKS"], env["R4D_LRU_GATHER_LANES"]) == ("32", "64")
+    boot = next(r for r in recs if r["op"] == "arm_end" and r["arm"] == final["arm"])["boot"]["report"]
+    assert boot["max_concurrency"] >= 1.99 and boot["max_concurrency_len"] == 200704
+    assert summary.incumbent_objective > 26.2 * 1.5 and host.now() < 10 * 3600
+    assert not any(r.get("verdict") == "corrupt" for r in recs if r["op"] == "incumbent")

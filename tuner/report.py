@@ -191,6 +191,9 @@ class _Builder:
         v = a.verdict or "running"
         band = "" if missing(row.threshold) else f"band ±{row.threshold:.1%}"
         d = _pct(row.delta)
+        why = (a.end or {}).get("reason") or ""
+        if missing(row.delta) and why.startswith(("constraint violation", "meets the constraints", "breaks a constraint")):
+            d, band = why, "constraints first"          # a move decided by the constraint, not the objective
         if a.n in self.move_of:
             i, role = self.move_of[a.n]
             last = i == len(self.moves) - 1
@@ -210,7 +213,6 @@ class _Builder:
             return GROUPS[5], "rejected — corrupts output" + (f" ({ev[0]})" if ev else "")
         if v in ("invalid", "interrupted"):
             return GROUPS[5], f"{v} — {a.end.get('reason') or 'no reason recorded'}"
-        why = a.end.get("reason")
         if v == "better":
             c = self.confirm_of.get(a.n)
             cv = self.arms[c].verdict if c is not None else None
