@@ -13,12 +13,13 @@ all on the same budget of simulated hours, and report simulated hours and arms t
 "E or better": one that boots, does not corrupt, meets the constraint, and decodes (true,
 noise-free decode geomean) within the measurement resolution of shape E or above it.
 
-  .venv/bin/python bench/one_night.py [--seeds 20] [--hours 24] [--within 0.03] [--out FILE]
+  .venv/bin/python bench/one_night.py [--seeds 20] [--hours 48] [--within 0.03] [--jobs 2] [--out FILE]
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import multiprocessing
 import random
 import statistics
 import tempfile
@@ -163,6 +164,18 @@ def run_random(tmp: Path, seed: int, judge: Judge, hours: float) -> dict:
     return {"reached_h": None, "reached_arms": None, "arms": n, "boot_failures": fails}
 
 
+_CTX: dict = {}       # what every seed shares; set before the worker processes fork
+
+
+def run_seed(seed: int) -> tuple[dict, dict, dict, dict]:
+    tmp, judge, hours = _CTX["tmp"], _CTX["judge"], _CTX["hours"]
+    t, sh = run_tuner(tmp, seed, judge, hours), run_tuner(tmp, seed, judge, hours, shuffle=True)
+    e = r = {"reached_h": None, "reached_arms": None, "arms": 0, "boot_failures": 0}
+    if not _CTX["skip"]:
+        e, r = run_sweep(tmp, seed, judge, hours), run_random(tmp, seed, judge, hours)
+    return t, sh, e, r
+
+
 def h(x) -> str:
     return "not reached" if x is None else f"{x:.1f} h"
 
@@ -173,6 +186,7 @@ def main() -> int:
     ap.add_argument("--hours", type=float, default=24.0, help="simulated budget of every method")
     ap.add_argument("--within", type=float, default=0.03)
     ap.add_argument("--skip-baselines", action="store_true", help="the tuner only")
+    ap.add_argument("--jobs", type=int, default=1, help="seeds run in this many processes (results do not depend on it)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     logging.disable(logging.WARNING)
@@ -184,7 +198,7 @@ def main() -> int:
     judge = Judge(land, Constraints.from_mapping(CONSTRAINTS, "bench"), base.baseline, args.within)
     start = judge.of(base.baseline)
     cmd = (f".venv/bin/python bench/one_night.py --seeds {args.seeds} --hours {args.hours:g} --within {args.within:g}"
-           + (" --skip-baselines" if args.skip_baselines else ""))
+           + (" --skip-baselines" if args.skip_baselines else "") + f" --jobs {args.jobs}")
     lines = [f"command: {cmd}", "",
              f"start: the 2026-09-29 shape, true decode geomean {start.objective:.2f} tok/s, constraint violation "
              f"{start.violation:.2f} (32k window: cannot hold one 200,704-token context)",
@@ -197,18 +211,18 @@ def main() -> int:
              "| random: to E-or-better | random arms |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = []
-    for seed in range(args.seeds):
-        t, sh = run_tuner(tmp, seed, judge, args.hours), run_tuner(tmp, seed, judge, args.hours, shuffle=True)
-        e = r = {"reached_h": None, "reached_arms": None, "arms": 0, "boot_failures": 0}
-        if not args.skip_baselines:
-            e, r = run_sweep(tmp, seed, judge, args.hours), run_random(tmp, seed, judge, args.hours)
-        rows.append((t, sh, e, r))
-        fv = "n/a" if t["final_vs_e"] is None else f"{t['final_vs_e']:.3f}"
-        lines.append(f"| {seed} | {h(t['reached_h'])} | {t['reached_arms'] or t['arms']} | {t['boot_failures']} | "
-                     f"{t['confirmations']} | {t['moves']} | {t['false_promotions']} | {fv} | {h(sh['reached_h'])} | "
-                     f"{sh['reached_arms'] or sh['arms']} | {h(e['reached_h'])} | {e['reached_arms'] or e['arms']} | "
-                     f"{h(r['reached_h'])} | {r['reached_arms'] or r['arms']} |")
-        print(lines[-1], flush=True)
+    _CTX.update(tmp=tmp, judge=judge, hours=args.hours, skip=args.skip_baselines)
+    with multiprocessing.get_context("fork").Pool(args.jobs) as pool:     # seeds are independent
+        results = pool.imap(run_seed, range(args.seeds))
+        for seed in range(args.seeds):
+            t, sh, e, r = next(results)
+            rows.append((t, sh, e, r))
+            fv = "n/a" if t["final_vs_e"] is None else f"{t['final_vs_e']:.3f}"
+            lines.append(f"| {seed} | {h(t['reached_h'])} | {t['reached_arms'] or t['arms']} | {t['boot_failures']} | "
+                         f"{t['confirmations']} | {t['moves']} | {t['false_promotions']} | {fv} | {h(sh['reached_h'])} | "
+                         f"{sh['reached_arms'] or sh['arms']} | {h(e['reached_h'])} | {e['reached_arms'] or e['arms']} | "
+                         f"{h(r['reached_h'])} | {r['reached_arms'] or r['arms']} |")
+            print(lines[-1], flush=True)
 
     def stat(i: int, key: str, miss: float) -> tuple[float, float]:
         xs = [row[i][key] if row[i][key] is not None else miss for row in rows]
