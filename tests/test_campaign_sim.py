@@ -134,6 +134,9 @@ def test_an_unreachable_constraint_keeps_the_production_shape_and_exits_0(tmp_pa
     assert moves and dict(moves[-1]["shape"]["args"])["kv-cache-memory-bytes"] == 3150000000    # progress, not a fit
     assert moves[-1]["score"]["feasible"] is False and 1.0 < moves[-1]["score"]["violation"] < 1.71
     assert recs[-1]["op"] == "campaign_end" and recs[-1]["verdict"].startswith("no shape satisfies")
+    st = subprocess.run([sys.executable, "-m", "tuner.cli", "status", str(folder), "--json"], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+    assert json.loads(st.stdout)["verdict"].startswith("no shape satisfies max concurrency"), st.stderr[-2000:]
     rep = subprocess.run([sys.executable, "-m", "tuner.cli", "report", str(folder)], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr[-2000:]

@@ -198,7 +198,8 @@ def print_status(ns) -> int:
     if ns.json:
         print(json.dumps({"folder": str(folder), "arms": len(st.arms), "daemon_pid": pid,
                           "running_arm": running[0].n if running and pid else None,
-                          "incumbent": st.incumbent.key(), "ended": (st.ended or {}).get("reason")}, indent=1))
+                          "incumbent": st.incumbent.key(), "ended": (st.ended or {}).get("reason"),
+                          "verdict": (st.ended or {}).get("verdict")}, indent=1))
         return 0
     import shutil
 
@@ -210,4 +211,6 @@ def print_status(ns) -> int:
     elif running:
         print(f"arm {running[0].n} was interrupted (no daemon alive): `tuner run` resumes it")
     print(f"ended: {(st.ended or {}).get('reason', 'not yet')}")
+    if (st.ended or {}).get("verdict"):
+        print(f"verdict: {st.ended['verdict']}")
     return 0
