@@ -21,7 +21,6 @@ import argparse
 import logging
 import multiprocessing
 import random
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -143,8 +142,9 @@ def run_sweep(tmp: Path, seed: int, judge: Judge, hours: float) -> dict:
             break
         inc, inc_score = top, top_score
         if judge.reached(inc):
-            return {"reached_h": host.now() / 3600, "reached_arms": n, "arms": n, "boot_failures": fails}
-    return {"reached_h": None, "reached_arms": None, "arms": n, "boot_failures": fails}
+            return {"reached_h": host.now() / 3600, "reached_arms": n, "arms": n, "boot_failures": fails,
+                    "hours": host.now() / 3600}
+    return {"reached_h": None, "reached_arms": None, "arms": n, "boot_failures": fails, "hours": host.now() / 3600}
 
 
 def run_random(tmp: Path, seed: int, judge: Judge, hours: float) -> dict:
@@ -160,8 +160,9 @@ def run_random(tmp: Path, seed: int, judge: Judge, hours: float) -> dict:
         if sc is not None and (best is None or _better(sc, best)):
             best = sc
             if judge.reached(s):
-                return {"reached_h": host.now() / 3600, "reached_arms": n, "arms": n, "boot_failures": fails}
-    return {"reached_h": None, "reached_arms": None, "arms": n, "boot_failures": fails}
+                return {"reached_h": host.now() / 3600, "reached_arms": n, "arms": n, "boot_failures": fails,
+                    "hours": host.now() / 3600}
+    return {"reached_h": None, "reached_arms": None, "arms": n, "boot_failures": fails, "hours": host.now() / 3600}
 
 
 _CTX: dict = {}       # what every seed shares; set before the worker processes fork
@@ -170,7 +171,7 @@ _CTX: dict = {}       # what every seed shares; set before the worker processes 
 def run_seed(seed: int) -> tuple[dict, dict, dict, dict]:
     tmp, judge, hours = _CTX["tmp"], _CTX["judge"], _CTX["hours"]
     t, sh = run_tuner(tmp, seed, judge, hours), run_tuner(tmp, seed, judge, hours, shuffle=True)
-    e = r = {"reached_h": None, "reached_arms": None, "arms": 0, "boot_failures": 0}
+    e = r = {"reached_h": None, "reached_arms": None, "arms": 0, "boot_failures": 0, "hours": 0.0}
     if not _CTX["skip"]:
         e, r = run_sweep(tmp, seed, judge, hours), run_random(tmp, seed, judge, hours)
     return t, sh, e, r
@@ -207,9 +208,9 @@ def main() -> int:
              f"budget: {args.hours:g} simulated hours per method and seed; lever space "
              f"{sum(len(lever_values(v)) - 1 for v in LEVERS.values())} one-change neighbours per shape", "",
              "| seed | tuner: to E-or-better | arms | boots failed | confirmations | moves | false promotions "
-             "| final vs E | levers shuffled: to E-or-better | arms | sweep: to E-or-better | sweep arms "
+             "| final vs E | levers shuffled: to E-or-better | arms | final vs E | sweep: to E-or-better | sweep arms "
              "| random: to E-or-better | random arms |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = []
     _CTX.update(tmp=tmp, judge=judge, hours=args.hours, skip=args.skip_baselines)
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:     # seeds are independent
@@ -217,42 +218,55 @@ def main() -> int:
         for seed in range(args.seeds):
             t, sh, e, r = next(results)
             rows.append((t, sh, e, r))
-            fv = "n/a" if t["final_vs_e"] is None else f"{t['final_vs_e']:.3f}"
+            fv, fs = (("n/a" if x["final_vs_e"] is None else f"{x['final_vs_e']:.3f}") for x in (t, sh))
             lines.append(f"| {seed} | {h(t['reached_h'])} | {t['reached_arms'] or t['arms']} | {t['boot_failures']} | "
                          f"{t['confirmations']} | {t['moves']} | {t['false_promotions']} | {fv} | {h(sh['reached_h'])} | "
-                         f"{sh['reached_arms'] or sh['arms']} | {h(e['reached_h'])} | {e['reached_arms'] or e['arms']} | "
+                         f"{sh['reached_arms'] or sh['arms']} | {fs} | {h(e['reached_h'])} | {e['reached_arms'] or e['arms']} | "
                          f"{h(r['reached_h'])} | {r['reached_arms'] or r['arms']} |")
             print(lines[-1], flush=True)
-
-    def stat(i: int, key: str, miss: float) -> tuple[float, float]:
-        xs = [row[i][key] if row[i][key] is not None else miss for row in rows]
-        return statistics.median(xs), max(xs)
 
     names = ["tuner", "tuner, levers listed in a shuffled order", "exhaustive one-change sweep", "random search"]
     cols = range(len(names))
     reached = [sum(row[i]["reached_h"] is not None for row in rows) for i in cols]
-    # not reached: the whole budget (hours, arms) is a lower bound of what it would have taken
-    hrs = [stat(i, "reached_h", args.hours) for i in cols]
-    arms = [statistics.median(row[i]["reached_arms"] or row[i]["arms"] for row in rows) for i in cols]
-    worst_arms = [max(row[i]["reached_arms"] or row[i]["arms"] for row in rows) for i in cols]
-    lines += ["", f"not reached: the method did not get there within {args.hours:g} simulated hours; its hours and "
-                  "arms then count as the budget it used, a lower bound (marked >=).",
+
+    def outcome(r: dict, key: str) -> tuple[float, str, float]:
+        """(sort key, text, value): reached; ran out of the budget (a lower bound, '>='); or
+        stopped short of E ('never': converged, or the sweep found no better neighbour)."""
+        if r["reached_h"] is not None:
+            v = r[key]
+            return v, f"{v:.1f}" if key == "reached_h" else f"{v:g}", v
+        if r["hours"] < args.hours - 0.01:
+            return float("inf"), "never", float("inf")
+        v = args.hours if key == "reached_h" else r["arms"]
+        return 1e6 + v, f">={v:.1f}" if key == "reached_h" else f">={v:g}", v
+
+    def med_worst(i: int, key: str) -> tuple[tuple, tuple]:
+        xs = sorted((outcome(row[i], key) for row in rows), key=lambda x: x[0])
+        lo, hi = xs[(len(xs) - 1) // 2], xs[len(xs) // 2]
+        if lo[0] < 1e6 and hi[0] < 1e6:                  # both reached: the usual median
+            v = (lo[2] + hi[2]) / 2
+            med = (v, f"{v:.1f}" if key == "reached_h" else f"{v:g}", v)
+        else:
+            med = hi                                     # a bound or 'never': the conservative middle
+        return med, xs[-1]
+
+    lines += ["", f"not reached: '>=' the method ran out of its {args.hours:g} simulated hours (a lower bound); "
+                  "'never' it stopped short of E (converged, or the sweep found no better neighbour).",
               "", "| method | reached | median hours | worst hours | median arms | worst arms |", "|---|---|---|---|---|---|"]
+    meds = []
     for i, name in enumerate(names):
-        ge = ">=" if reached[i] < len(rows) else ""
-        ge_med = ">=" if reached[i] <= len(rows) // 2 else ""
-        lines.append(f"| {name} | {reached[i]}/{len(rows)} | {ge_med}{hrs[i][0]:.1f} | {ge}{hrs[i][1]:.1f} | "
-                     f"{ge_med}{arms[i]:g} | {ge}{worst_arms[i]:g} |")
+        (mh, wh), (ma, wa) = med_worst(i, "reached_h"), med_worst(i, "reached_arms")
+        meds.append((mh, ma))
+        lines.append(f"| {name} | {reached[i]}/{len(rows)} | {mh[1]} | {wh[1]} | {ma[1]} | {wa[1]} |")
 
-    def ratio(i: int, j: int, xs) -> str:
-        if not xs[j] or args.skip_baselines:
+    def ratio(i: int, j: int, k: int) -> str:
+        a, b = meds[i][k], meds[j][k]
+        if args.skip_baselines or a[0] >= 1e6 or b[0] == float("inf"):
             return "n/a"
-        bound = "<=" if reached[j] <= len(rows) // 2 else ""
-        return f"{bound}{xs[i] / xs[j]:.2f}"
+        return f"{'<=' if b[0] >= 1e6 else ''}{a[2] / b[2]:.2f}"
 
-    lines += ["", f"arms ratio (median): tuner/exhaustive {ratio(0, 2, arms)}, tuner/random {ratio(0, 3, arms)}; "
-                  f"hours ratio (median): tuner/exhaustive {ratio(0, 2, [x[0] for x in hrs])}, "
-                  f"tuner/random {ratio(0, 3, [x[0] for x in hrs])}",
+    lines += ["", f"arms ratio (median): tuner/exhaustive {ratio(0, 2, 1)}, tuner/random {ratio(0, 3, 1)}; "
+                  f"hours ratio (median): tuner/exhaustive {ratio(0, 2, 0)}, tuner/random {ratio(0, 3, 0)}",
               f"false promotions (tuner, both lever orders): {sum(row[i]['false_promotions'] for row in rows for i in (0, 1))} "
               f"in {2 * len(rows)} nights; promotions of the corrupt TunableOp arm: "
               f"{sum(row[i]['corrupt_promotions'] for row in rows for i in (0, 1))}",
