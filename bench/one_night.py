@@ -26,14 +26,14 @@ import time
 from pathlib import Path
 
 import yaml
-from simbench import (PROFILE, REPO, Truth, arm_runner, lever_values, measure_arm, sim_campaign, truth,
+from simbench import (PROFILE, REPO, Truth, emit, arm_runner, lever_values, measure_arm, sim_campaign, truth,
                       write_campaign)
 
 from arms.shape import ABSENT, Shape
 from simengine.cli import known_flags
 from simengine.landscape import load_landscape
 from tuner.loop import CampaignLoop
-from tuner.state import State
+from tuner.state import State, replay
 from tuner.verdict import Constraints, Score
 
 EXAMPLE = REPO / "examples" / "one-night.yaml"      # the campaign: start shape, levers, constraint, measure
@@ -86,7 +86,7 @@ def run_tuner(tmp: Path, seed: int, judge: Judge, hours: float, shuffle: bool = 
 
     loop = CampaignLoop(camp, host, PROFILE, deadline=host.now() + hours * 3600, on_arm=on_arm)
     summary = loop.run()
-    st = loop_state(loop, camp)
+    st = replay(loop.journal.records, camp.baseline)
     prev, false, corrupt = judge.of(camp.baseline), 0, 0
     for m in st.moves:
         t = judge.of(Shape.from_dict(m["shape"]))
@@ -100,11 +100,6 @@ def run_tuner(tmp: Path, seed: int, judge: Judge, hours: float, shuffle: bool = 
             "confirmations": sum(a.kind == "confirm" for a in st.arms.values()),
             "false_promotions": false, "corrupt_promotions": corrupt,
             "final_vs_e": final.objective / judge.e.objective if final.feasible else None}
-
-
-def loop_state(loop: CampaignLoop, camp) -> State:
-    from tuner.state import replay
-    return replay(loop.journal.records, camp.baseline)
 
 
 def _better(a: Score, b: Score) -> bool:
@@ -271,10 +266,7 @@ def main() -> int:
               f"in {2 * len(rows)} nights; promotions of the corrupt TunableOp arm: "
               f"{sum(row[i]['corrupt_promotions'] for row in rows for i in (0, 1))}",
               f"wall time of this benchmark: {time.time() - t0:.0f} s"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit(lines, args.out)
     return 0
 
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import yaml
-from simbench import PARSER, PROFILE, arm_runner, lever_values, sim_campaign, truth, write_campaign
+from simbench import PARSER, PROFILE, emit, arm_runner, lever_values, sim_campaign, truth, write_campaign
 from simbench import measure_arm as measure_score
 
 from arms.shape import Shape
@@ -216,10 +216,7 @@ def main() -> int:
         print(lines[-1], flush=True)
     lines += ["", f"total false promotions: {total} in {args.flat_seeds} campaigns",
               f"wall time of this benchmark: {time.time() - t0:.0f} s"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit(lines, args.out)
     return 0
 
 

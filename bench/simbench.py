@@ -109,3 +109,11 @@ def measure_arm(runner: ArmRunner, n: int, shape: Shape) -> Score | None:
     if sc.get("objective") is None:
         return None
     return Score(sc["feasible"], sc["violation"], sc["objective"])
+
+
+def emit(lines: list[str], out: str | None) -> None:
+    """Print a benchmark's results and write them to ``out`` (under bench/results/)."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out:
+        Path(out).write_text(text)
