@@ -4,7 +4,7 @@ exhaustive-sweep and random-search baselines)."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -87,9 +87,7 @@ def write_campaign(tmp: Path, name: str, *, args: dict, env: dict, levers: dict,
 
 def sim_campaign(path: Path, seed: int, landscape: Path | None = None):
     """(campaign with its image pinned on the SimHost, host)."""
-    camp = load_campaign(path)
-    host = SimHost.for_campaign(camp, landscape=str(landscape) if landscape else None, noise_seed=seed)
-    return replace(camp, baseline=replace(camp.baseline, image=host.resolve_image(camp.baseline.image).ref)), host
+    return SimHost.pinned(load_campaign(path), landscape=str(landscape) if landscape else None, noise_seed=seed)
 
 
 def arm_runner(camp, host) -> ArmRunner:

@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -174,6 +174,12 @@ class SimHost:
         else:
             images[ref] = digest
         return cls(images=images, **kw)
+
+    @classmethod
+    def pinned(cls, camp, **kw):
+        """(the campaign with its baseline pinned to the image's digest on a new SimHost, that host)."""
+        host = cls.for_campaign(camp, **kw)
+        return replace(camp, baseline=replace(camp.baseline, image=host.resolve_image(camp.baseline.image).ref)), host
 
     @property
     def image_ref(self) -> str:

@@ -28,6 +28,24 @@ def run_engine(args: list[str], env: dict | None = None, timeout: float = 60) ->
                           env=full_env, timeout=timeout, cwd=REPO)
 
 
+def sigterm_once_booting(host, campaign: str, *tuner_args: str, timeout: float = 60) -> tuple[int, str]:
+    """Start ``tuner *tuner_args``, send it SIGTERM once a container of ``campaign`` exists (or
+    after ``timeout``); (its exit status, its stderr)."""
+    import signal
+    import time
+
+    from arms.host import LABEL_CAMPAIGN
+
+    p = subprocess.Popen([sys.executable, "-m", "tuner.cli", *tuner_args], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not host.list_managed({LABEL_CAMPAIGN: campaign}):
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    return p.returncode, err
+
+
 @pytest.fixture(scope="session")
 def podman_host():
     from host.podman_host import PodmanHost

@@ -20,7 +20,7 @@ from arms.shape import Mount, Shape
 from simengine import planner
 from simengine.cli import build_parser, known_flags, shape_values
 from simengine.landscape import DEFAULT_LANDSCAPE, load_landscape
-from tests.conftest import REPO, assert_plan_matches, free_port
+from tests.conftest import REPO, assert_plan_matches, free_port, sigterm_once_booting
 
 pytestmark = pytest.mark.podman
 PROFILE = load_profile("vllm-expert-offload")
@@ -160,13 +160,7 @@ def test_sigterm_of_the_tuner_mid_boot_tears_down(podman_host, sim_image, tmp_pa
         "name": "sigterm-test", "baseline": {"image": sim_image.ref, "model": "/models/sim", "port": free_port(),
                                              "env": {"SIMENGINE_TIME_SCALE": "1.0"}},
         "journal": str(tmp_path / "journal")}))
-    p = subprocess.Popen([sys.executable, "-m", "tuner.cli", "boot", str(camp)], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not podman_host.list_managed({LABEL_CAMPAIGN: "sigterm-test"}):
-        time.sleep(0.2)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=30)
-    assert p.returncode != 0
+    rc, err = sigterm_once_booting(podman_host, "sigterm-test", "boot", str(camp))
+    assert rc != 0
     assert "TEARDOWN" in err
     assert podman_host.list_managed({LABEL_CAMPAIGN: "sigterm-test"}) == []

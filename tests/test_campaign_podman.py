@@ -17,7 +17,7 @@ from arms.host import LABEL_CAMPAIGN
 from simengine import planner
 from simengine.cli import build_parser, known_flags, shape_values
 from simengine.landscape import load_landscape
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, free_port, sigterm_once_booting
 
 pytestmark = pytest.mark.podman
 
@@ -166,14 +166,8 @@ def test_sigterm_ends_the_arm_removes_its_container_and_journals_it(tmp_path, si
     data["baseline"]["env"] = slow_env
     path = tmp_path / "term2.yaml"
     path.write_text(yaml.safe_dump(data))
-    p = subprocess.Popen([sys.executable, "-m", "tuner.cli", "run", str(path), "--quiet"], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not podman_host.list_managed({LABEL_CAMPAIGN: "term"}):
-        time.sleep(0.2)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=60)
-    assert p.returncode != 0
+    rc, _ = sigterm_once_booting(podman_host, "term", "run", str(path), "--quiet")
+    assert rc != 0
     recs = records(tmp_path, "term")
     assert [x["verdict"] for x in recs if x["op"] == "arm_end"] == ["interrupted"]
     assert recs[-1]["op"] == "campaign_end" and "signal" in recs[-1]["reason"]

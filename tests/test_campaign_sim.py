@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import replace
 
 import yaml
 
@@ -32,13 +31,18 @@ def campaign(tmp_path, name, **extra):
     return p
 
 
-def run(tmp_path, name, landscape=None, seed=0, **extra):
-    camp = load_campaign(campaign(tmp_path, name, **extra))
-    host = SimHost.for_campaign(camp, landscape=str(landscape) if landscape else None, noise_seed=seed)
-    camp = replace(camp, baseline=replace(camp.baseline, image=host.resolve_image(camp.baseline.image).ref))
-    summary = CampaignLoop(camp, host, load_profile("simengine"), max_arms=40).run()
+def night(path, seed=0, landscape=None, hours=None, max_arms=None):
+    """Run a campaign file on a SimHost; (summary, journal records, host)."""
+    camp, host = SimHost.pinned(load_campaign(path), landscape=str(landscape) if landscape else None,
+                                noise_seed=seed)
+    deadline = host.now() + hours * 3600 if hours else None
+    summary = CampaignLoop(camp, host, load_profile("simengine"), deadline=deadline, max_arms=max_arms).run()
     recs = [json.loads(x) for x in (camp.folder / "journal.jsonl").read_text().splitlines()]
     return summary, recs, host
+
+
+def run(tmp_path, name, landscape=None, seed=0, **extra):
+    return night(campaign(tmp_path, name, **extra), seed, landscape, max_arms=40)
 
 
 def test_a_flat_noisy_landscape_promotes_nothing(tmp_path):
@@ -155,11 +159,7 @@ def test_the_one_night_example_reaches_shape_e_in_simulated_time(tmp_path):
     raw["baseline"]["compile_cache"] = str(tmp_path / "cache")
     path = tmp_path / "one-night.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    camp = load_campaign(path)
-    host = SimHost.for_campaign(camp, noise_seed=3)
-    camp = replace(camp, baseline=replace(camp.baseline, image=host.resolve_image(camp.baseline.image).ref))
-    summary = CampaignLoop(camp, host, load_profile("simengine"), deadline=host.now() + 10 * 3600).run()
-    recs = [json.loads(x) for x in (camp.folder / "journal.jsonl").read_text().splitlines()]
+    summary, recs, host = night(path, seed=3, hours=10)
     final = [r for r in recs if r["op"] == "incumbent"][-1]
     args, env = dict(final["shape"]["args"]), final["shape"]["env"]
     assert final["score"]["feasible"] and summary.verdict is None

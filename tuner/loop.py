@@ -178,8 +178,8 @@ class CampaignLoop:
         """``no shape satisfies …`` when the campaign has constraints and its incumbent still breaks
         them: nothing measured tonight can be recommended, production keeps its shape."""
         cons = self.camp.search.constraints
-        wanted = cons.describe() if cons else []
-        if not wanted or st.incumbent_score is None or st.incumbent_score.feasible:
+        wanted = cons.unmet(st.incumbent_score) if cons else []
+        if not wanted:
             return None
         return (f"no shape satisfies {'; '.join(wanted)} (best violation {st.incumbent_score.violation:.2f}, "
                 f"arm {st.incumbent_arm}): the production shape is kept")

@@ -49,9 +49,9 @@ def headline(b, df: pd.DataFrame, series: list[dict]) -> Section:
     else:
         s.add("p", f"**Incumbent at end:** unchanged — no arm beat the production shape beyond the noise band "
                    f"({band}).")
-    infeasible = bool(b.constraints.describe()) and st.incumbent_score is not None and not st.incumbent_score.feasible
-    if infeasible:
-        s.add("p", f"**No shape satisfies** {'; '.join(b.constraints.describe())}: the best arm "
+    unmet = b.constraints.unmet(st.incumbent_score)
+    if unmet:
+        s.add("p", f"**No shape satisfies** {'; '.join(unmet)}: the best arm "
                    f"(#{st.incumbent_arm}, violation {st.incumbent_score.violation:.2f}) still breaks them, so "
                    "nothing measured tonight is recommended.")
         s.add("p", "**Recommended shape:** keep the production shape as it is (relax the constraint, or add the "

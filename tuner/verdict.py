@@ -87,6 +87,11 @@ class Constraints:
             out.append(f"arena >= {self.min_slots:,} slots")
         return out
 
+    def unmet(self, score: "Score | None") -> list[str]:
+        """The constraints (described) that a shape with this score breaks: [] when it meets
+        them, when there are none, or when it has no score yet."""
+        return self.describe() if score is not None and not score.feasible else []
+
     def _concurrency_violation(self, rep: dict) -> float:
         """Relative shortfall of the pool against ``min`` requests of ``tokens`` tokens. A window
         shorter than ``tokens`` cannot serve one such request at all: it scores 1 + the shortfall
@@ -99,7 +104,7 @@ class Constraints:
         if rep.get("max_concurrency") is not None and max_len == tokens:
             conc = rep["max_concurrency"]              # the engine's own figure, as it prints it
         conc = round(conc, 2)                          # engines print %.2fx; the contract is in those units
-        short = max(0.0, need - conc) / need if conc + 1e-9 < need else 0.0
+        short = (need - conc) / need if conc + 1e-9 < need else 0.0
         return short if max_len >= tokens else 1.0 + short
 
     def violations(self, boot: dict) -> dict[str, float]:
