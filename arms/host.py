@@ -167,9 +167,9 @@ class RealTime:
         return f"http://127.0.0.1:{port}"
 
     def http_client(self, cid: str, timeout: float = 30.0):
-        import httpx
+        from .httpio import fresh_client
 
-        return httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
+        return fresh_client(timeout)         # no pooled connection a server may have closed
 
     def now(self) -> float:
         return time.monotonic()

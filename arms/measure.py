@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from . import httpio
 from .errors import ConfigError
 from .prompts import (DEFAULT_CACHE, LLAMACPP_API, VLLM_API, EngineAPI, PromptCache,
                       Tokenizer, api_from_profile)
@@ -162,7 +163,7 @@ def stream_completion(client: httpx.Client, url: str, body: dict, *, idle_timeou
     s, t0 = CompletionStream(), clock()
     timeout = httpx.Timeout(idle_timeout_s, connect=min(idle_timeout_s, 30.0), pool=run_timeout_s)
     try:
-        with client.stream("POST", url, json=body, timeout=timeout) as r:
+        with httpio.open_response(client, "POST", url, json=body, timeout=timeout) as r:
             s.status = r.status_code
             if r.status_code != 200:
                 s.error = f"HTTP {r.status_code}: {_error_message(r.read())}"
@@ -281,7 +282,7 @@ def spec_acceptance(before: str | None, after: str | None,
 
 def _get_text(client: httpx.Client, url: str, timeout: float) -> str | None:
     try:
-        r = client.get(url, timeout=timeout)
+        r = httpio.get(client, url, timeout=timeout)
     except httpx.HTTPError:
         return None
     return r.text if r.status_code == 200 else None
@@ -293,7 +294,7 @@ def discover_model(client: httpx.Client, base: str, api: EngineAPI,
     if not api.models_path:
         return None, None
     try:
-        r = client.get(base + api.models_path, timeout=timeout)
+        r = httpio.get(client, base + api.models_path, timeout=timeout)
         m = r.json()["data"][0] if r.status_code == 200 else {}
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
         return None, None
@@ -309,7 +310,7 @@ def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
                    prompts: PromptCache | None = None) -> Measurement:
     """Measure the engine at ``base_url`` (already serving) under ``plan``."""
     t_start, base = clock(), base_url.rstrip("/")
-    client = http or httpx.Client(timeout=httpx.Timeout(plan.idle_timeout_s, connect=10.0))
+    client = http or httpio.fresh_client(plan.idle_timeout_s, connect=10.0)
     try:
         model, max_len = discover_model(client, base, api, plan.idle_timeout_s)
         max_len = plan.max_model_len or max_len

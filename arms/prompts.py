@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from . import httpio
 from .errors import MeasurementError
 
 TOKENIZE_KEYS = ("readiness.tokenize_path", "readiness.tokenize_request_key",
@@ -196,7 +197,7 @@ class Tokenizer:
             body["model"] = self.model
         self.calls += 1
         try:
-            r = self.client.post(self.url, json=body)
+            r = httpio.post(self.client, self.url, json=body)
         except httpx.HTTPError as e:
             raise MeasurementError(f"tokenize endpoint {self.url} failed ({type(e).__name__}: "
                                    f"{e}); check the engine and readiness.tokenize_path of "

@@ -13,6 +13,7 @@ from typing import Callable
 
 import httpx
 
+from . import httpio
 from .host import ContainerState, Host, LogFollower
 
 
@@ -40,7 +41,7 @@ class ReadinessProbe:
 def probe_once(client: httpx.Client, base_url: str, probe: ReadinessProbe, model: str | None) -> tuple[bool, str]:
     """One readiness check; (ready, what was seen)."""
     try:
-        r = client.get(base_url + probe.health_path)
+        r = httpio.get(client, base_url + probe.health_path)
     except httpx.HTTPError as e:
         return False, f"health: {type(e).__name__}"
     if r.status_code != 200:
@@ -49,7 +50,7 @@ def probe_once(client: httpx.Client, base_url: str, probe: ReadinessProbe, model
     if model:
         body["model"] = model
     try:
-        c = client.post(base_url + probe.completion_path, json=body)
+        c = httpio.post(client, base_url + probe.completion_path, json=body)
     except httpx.HTTPError as e:
         return False, f"completion: {type(e).__name__}"
     if c.status_code != 200:
@@ -69,7 +70,7 @@ def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
     t0 = clock()
     last_size, last_growth = -1, t0
     seen = ""
-    client = http or httpx.Client(timeout=httpx.Timeout(10.0, connect=2.0))
+    client = http or httpio.fresh_client(10.0, connect=2.0)
     try:
         while True:
             now = clock()
