@@ -1,30 +1,23 @@
-"""HTTP that survives real servers: one fresh connection per request, one safe retry.
+"""HTTP that survives real servers: one fresh connection per request, and no retry.
 
 Real engines (llama.cpp's cpp-httplib, uvicorn) close idle keep-alive connections on their own
 schedule; a client that reuses such a pooled connection gets ``RemoteProtocolError: Server
-disconnected without sending a response`` and, without care, loses the run. So every request
-an arm makes goes out with ``Connection: close`` (the server closes after answering; nothing is
-pooled), and a request that still dies before the server sent a single byte is sent once more.
-A request whose response had begun (status line, headers or body bytes) is never retried: its
-bytes are evidence of what the engine did.
+disconnected without sending a response`` and, without care, loses the run (4 of 10 runs
+against a real llama-server). So every request an arm makes goes out with ``Connection:
+close`` on a connection of its own (the server closes it after answering; nothing is pooled),
+and the race cannot happen. Nothing is retried: httpcore reports a server that sent half a
+status line and closed with the same words as one that sent nothing, so a retry could repeat
+a request the engine had begun to answer; a fresh connection the server closes unanswered is
+the engine's fault, and the run is invalid with that reason.
 """
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 
 import httpx
 
-log = logging.getLogger("tuner.arms.http")
-
 FRESH = {"Connection": "close"}
-_NOTHING_SENT = "without sending a response"     # httpcore's words for a closed idle connection
-
-
-def closed_before_response(e: BaseException) -> bool:
-    """The server closed the connection before sending any byte of a response."""
-    return isinstance(e, httpx.RemoteProtocolError) and _NOTHING_SENT in str(e)
 
 
 def fresh_client(timeout: float = 30.0, connect: float | None = None) -> httpx.Client:
@@ -36,19 +29,9 @@ def fresh_client(timeout: float = 30.0, connect: float | None = None) -> httpx.C
 @contextlib.contextmanager
 def open_response(client: httpx.Client, method: str, url: str, **kw) -> Iterator[httpx.Response]:
     """Send one request on a fresh connection; yields the response with its headers read and
-    its body unread (stream it or ``.read()`` it). Retried once, and only when the server
-    closed the connection before answering anything."""
+    its body unread (stream it or ``.read()`` it)."""
     headers = {**dict(kw.pop("headers", None) or {}), **FRESH}
-    for attempt in (1, 2):
-        req = client.build_request(method, url, headers=headers, **kw)
-        try:
-            r = client.send(req, stream=True)
-        except httpx.RemoteProtocolError as e:
-            if attempt == 2 or not closed_before_response(e):
-                raise
-            log.info("%s %s: server closed the connection before answering; sending once more", method, url)
-            continue
-        break
+    r = client.send(client.build_request(method, url, headers=headers, **kw), stream=True)
     try:
         yield r
     finally:

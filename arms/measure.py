@@ -27,7 +27,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from . import httpio
-from .errors import ConfigError
+from .errors import ConfigError, MeasurementError
 from .prompts import (DEFAULT_CACHE, LLAMACPP_API, VLLM_API, EngineAPI, PromptCache,
                       Tokenizer, api_from_profile)
 from .sse import CompletionStream, SSEParser
@@ -211,36 +211,65 @@ def _error_message(raw: bytes) -> str:
         return text[:200] or "(empty body)"
 
 
+def _count(x: Any) -> int | None:
+    """An integer token count; None for anything else (a bool, a float, a string)."""
+    return x if type(x) is int else None
+
+
+def sanity(s: CompletionStream, asked: int) -> str | None:
+    """Why the engine's own figures for one stream cannot be trusted, or None."""
+    u = s.usage if isinstance(s.usage, dict) else {}
+    comp = u.get("completion_tokens")
+    if type(comp) is not int:
+        return f"usage.completion_tokens is not an integer: {_clip(repr(comp), 60)}"
+    if comp <= 0:
+        return f"usage.completion_tokens is {comp} though text was streamed"
+    if comp > asked:
+        return f"usage.completion_tokens {comp} exceeds the max_tokens {asked} asked for"
+    if comp < s.chunks:
+        return f"usage.completion_tokens {comp} is fewer than the {s.chunks} text chunks received"
+    prompt = u.get("prompt_tokens")
+    if prompt is not None and (type(prompt) is not int or prompt < 0):
+        return f"usage.prompt_tokens is not a token count: {_clip(repr(prompt), 60)}"
+    if s.ttft_s is not None and s.ttft_s < 0 or s.wall_s is not None and s.ttft_s is not None \
+            and s.wall_s <= s.ttft_s:
+        return f"no decode interval: the stream ended {s.wall_s} s after the request, first token at {s.ttft_s} s"
+    return None
+
+
 def classify(s: CompletionStream, asked: int, *, ignores_eos: bool,
              depth: int | None = None) -> RunResult:
-    """One stream as a RunResult: the decode figure, and whether (or why not) it is valid."""
-    u = s.usage or {}
-    comp, prompt = u.get("completion_tokens"), u.get("prompt_tokens")
-    timed = s.ttft_s is not None and s.wall_s is not None and s.wall_s > s.ttft_s
-    decode = comp / (s.wall_s - s.ttft_s) if timed and isinstance(comp, int) and comp > 1 else None
-    prefill = prompt / s.ttft_s if isinstance(prompt, int) and s.ttft_s else None
+    """One stream as a RunResult: the decode figure, and whether (or why not) it is valid.
+    Figures that fail ``sanity`` are kept as evidence only: the run is invalid."""
+    u = s.usage if isinstance(s.usage, dict) else {}
+    comp, prompt = _count(u.get("completion_tokens")), _count(u.get("prompt_tokens"))
+    timed = s.ttft_s is not None and s.wall_s is not None and s.wall_s > s.ttft_s >= 0
+    decode = comp / (s.wall_s - s.ttft_s) if timed and comp is not None and comp > 1 else None
+    prefill = prompt / s.ttft_s if prompt is not None and s.ttft_s and s.ttft_s > 0 else None
     engine = (s.timings or {}).get("predicted_per_second")
     if s.error:
         reason = s.error
     elif s.usage is None:
         reason = "no usage in the stream (stream_options.include_usage not honoured)"
-    elif not isinstance(comp, int):
-        reason = f"usage without completion_tokens: {_clip(repr(u))}"
+    elif not isinstance(s.usage, dict) or "completion_tokens" not in u:
+        reason = f"usage without completion_tokens: {_clip(repr(s.usage))}"
     elif s.ttft_s is None:
         reason = "no token streamed"
+    elif (bad := sanity(s, asked)) is not None:
+        reason = bad
     elif decode is None:
         reason = f"too few tokens to time decode ({comp})"
     elif ignores_eos and comp < asked:
         reason = (f"early stop: {comp} of {asked} tokens (finish_reason {s.finish_reason}) "
                   f"on an engine that ignores EOS")
-    elif depth is not None and isinstance(prompt, int) and prompt != depth:
-        reason = f"prompt was {prompt} tokens, not the depth {depth}"
+    elif depth is not None and prompt is not None and prompt != depth:
+        reason = (f"prompt was {prompt} tokens by the completion's usage.prompt_tokens, not the "
+                  f"depth {depth} the tokenize endpoint counted: the two endpoints disagree")
     else:
         reason = None
-    return RunResult(decode, s.ttft_s, comp if isinstance(comp, int) else None,
-                     prompt if isinstance(prompt, int) else None, s.finish_reason, reason is None,
+    return RunResult(decode, s.ttft_s, comp, prompt, s.finish_reason, reason is None,
                      reason, s.wall_s, s.text, prefill, s.chunks,
-                     float(engine) if isinstance(engine, (int, float)) else None)
+                     float(engine) if type(engine) in (int, float) else None)
 
 
 # -- /metrics ---------------------------------------------------------------------------------
@@ -327,8 +356,13 @@ def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
         if not todo:
             return Measurement({d: done[d] for d in plan.depths}, None, "invalid",
                                "no depth fits max_model_len", wall_s=clock() - t_start, **meta)
-        tok = Tokenizer(client, base, api, model)
-        built = {d: (prompts or DEFAULT_CACHE).get(tok, d) for d in todo}
+        try:
+            tok = Tokenizer(client, base, api, model)
+            built = {d: (prompts or DEFAULT_CACHE).get(tok, d) for d in todo}
+        except MeasurementError as e:      # the engine's answers cannot give a prompt: invalid
+            return Measurement({d: done.get(d) or DepthResult(d, skipped_reason=f"not measured: {e}")
+                                for d in plan.depths}, None, "invalid", str(e),
+                               wall_s=clock() - t_start, **meta)
 
         def run(depth: int, n: int) -> RunResult:
             body: dict[str, Any] = {"prompt": built[depth].payload, "max_tokens": n,
@@ -358,6 +392,9 @@ def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
                                    f"{plan.max_invalid_per_depth}): {runs[-1].reason}")
                     break
             done[d] = DepthResult.of(d, runs)
+            if not why_invalid and done[d].median_decode_tok_s is None:
+                why_invalid = (f"no valid run at depth {d} ({len(runs)} run(s)): "
+                               f"{next((r.reason for r in runs if r.reason), 'no decode figure')}")
         after = _get_text(client, metrics_url, plan.idle_timeout_s) if metrics_url else None
         rate, length = spec_acceptance(before, after, api)
         return Measurement({d: done[d] for d in plan.depths}, rate,

@@ -174,6 +174,15 @@ def _pieces(min_words: int) -> list[str]:
     return out
 
 
+MAX_GROW = 6       # a prompt builder doubles its text at most this often: 64x an honest count
+
+
+def _body(r: httpx.Response) -> str:
+    """An error response's body on one line, clipped."""
+    text = " ".join(r.text.split())
+    return repr(text[:200]) if text else "(empty body)"
+
+
 _FILLERS = (".", ",", " a", " the", " and", " of", "\n", " to", " in", "-", " it", " is")
 
 
@@ -207,14 +216,16 @@ class Tokenizer:
                 f"tokenize endpoint {self.url} answered {r.status_code}: the engine has no such "
                 f"route; set readiness.tokenize_path (and tokenize_request_key / "
                 f"tokenize_response_key) in engine profile {api.name!r}")
-        if r.status_code != 200:
-            raise MeasurementError(f"tokenize endpoint {self.url} answered {r.status_code}: "
-                                   f"{r.text[:200]!r}; check readiness.tokenize_request_key "
+        if r.status_code in (400, 422):
+            raise MeasurementError(f"tokenize endpoint {self.url} answered HTTP {r.status_code}: "
+                                   f"{_body(r)}; check readiness.tokenize_request_key "
                                    f"({api.tokenize_request_key!r}) of profile {api.name!r}")
+        if r.status_code != 200:
+            raise MeasurementError(f"tokenize endpoint {self.url} answered HTTP {r.status_code}: {_body(r)}")
         try:
             tokens = r.json()[api.tokenize_response_key]
             return [t["id"] if isinstance(t, dict) else int(t) for t in tokens]
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
             raise MeasurementError(
                 f"tokenize endpoint {self.url} answered without a token list under "
                 f"{api.tokenize_response_key!r}; set readiness.tokenize_response_key in profile "
@@ -230,10 +241,21 @@ def build_prompt(tok: Tokenizer, depth: int, max_calls: int = 80) -> Prompt:
         raise MeasurementError(f"prompt depth must be at least 1, got {depth}")
     pieces = _pieces(depth + 16)
     hi = min(len(pieces), depth + 8)
-    while True:                                      # grow until the prefix reaches depth
+    before: tuple[int, int] | None = None             # (words, count) of the previous try
+    for grow in range(MAX_GROW + 1):                 # grow until the prefix reaches depth
         ids = tok.ids("".join(pieces[:hi]))
         if len(ids) >= depth:
             break
+        if before is not None and len(ids) <= before[1]:
+            raise MeasurementError(
+                f"tokenize endpoint {tok.url} lied: it counted {before[1]} tokens for {before[0]} "
+                f"words and {len(ids)} for {hi} words (a longer text must count more)")
+        if grow == MAX_GROW:
+            raise MeasurementError(
+                f"tokenize endpoint {tok.url} lied: it counted only {len(ids)} tokens for {hi} words "
+                f"({sum(map(len, pieces[:hi]))} characters), short of the depth {depth} after "
+                f"{MAX_GROW} doublings")
+        before = (hi, len(ids))
         hi *= 2
         if hi > len(pieces):
             pieces = _pieces(hi + 16)
@@ -241,14 +263,18 @@ def build_prompt(tok: Tokenizer, depth: int, max_calls: int = 80) -> Prompt:
         return Prompt(depth, None, tuple(ids[:depth]))
     if len(ids) == depth:
         return Prompt(depth, "".join(pieces[:hi]), None)
-    lo = 0                                           # count(lo) < depth < count(hi)
+    lo, c_lo, c_hi = 0, 0, len(ids)                  # count(lo) < depth < count(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         text = "".join(pieces[:mid])
         c = tok.count(text)
         if c == depth:
             return Prompt(depth, text, None)
-        lo, hi = (mid, hi) if c < depth else (lo, mid)
+        if not c_lo <= c <= c_hi:
+            raise MeasurementError(
+                f"tokenize endpoint {tok.url} lied: it counted {c} tokens for {mid} words, but "
+                f"{c_lo} for {lo} words and {c_hi} for {hi} (a longer text must count more)")
+        lo, hi, c_lo, c_hi = (mid, hi, c, c_hi) if c < depth else (lo, mid, c_lo, c)
     base, nxt = "".join(pieces[:lo]), pieces[lo]
     tails = [nxt[:j] for j in range(1, len(nxt))] + list(_FILLERS)
     tails += [a + b for a in _FILLERS[:4] for b in _FILLERS[:6]]
@@ -259,9 +285,9 @@ def build_prompt(tok: Tokenizer, depth: int, max_calls: int = 80) -> Prompt:
         if tok.count(text) == depth:
             return Prompt(depth, text, None)
     raise MeasurementError(
-        f"could not build a prompt of exactly {depth} tokens with the tokenizer of profile "
-        f"{tok.api.name!r} ({tok.calls} tokenize calls); if the engine accepts token-id "
-        f"prompts, measure with accepts_token_ids")
+        f"could not build a prompt of exactly {depth} tokens: tokenize endpoint {tok.url} of "
+        f"profile {tok.api.name!r} never counted {depth} ({tok.calls} calls); if the engine "
+        f"accepts token-id prompts, measure with accepts_token_ids")
 
 
 class PromptCache:

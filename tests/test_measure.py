@@ -170,8 +170,9 @@ def test_one_invalid_run_is_tolerated_then_the_limit_applies():
     assert m.outcome == "invalid"
     m = measure(make(fault="no-usage", decode_tok_s=FAST), depths=(166,), runs=3,
                 max_invalid_per_depth=3)
-    assert m.outcome == "measured" and len(m.depths[166].runs) == 3
-    assert m.depths[166].median_decode_tok_s is None
+    assert len(m.depths[166].runs) == 3 and m.depths[166].median_decode_tok_s is None
+    # within the limit, but not one valid run: never "measured" with a null figure
+    assert m.outcome == "invalid" and m.reason.startswith("no valid run at depth 166 (3 run(s)): no usage")
 
 
 def test_depth_past_max_model_len_is_skipped_with_reason():
@@ -196,9 +197,9 @@ def test_plan_max_model_len_overrides_the_engine():
 @pytest.mark.parametrize("api", [dataclasses.replace(SIM_API, tokenize_path="/tokenizer"),
                                  dataclasses.replace(SIM_API, tokenize_path=None)])
 def test_missing_tokenizer_endpoint_names_the_profile_key(api):
-    with pytest.raises(MeasurementError) as e:
-        measure(make(decode_tok_s=FAST), api=api, depths=(166,))
-    assert "readiness.tokenize_path" in str(e.value) and "'simengine'" in str(e.value)
+    m = measure(make(decode_tok_s=FAST), api=api, depths=(166,))     # invalid, never a crash
+    assert m.outcome == "invalid" and m.depths[166].skipped_reason.startswith("not measured: ")
+    assert "readiness.tokenize_path" in m.reason and "'simengine'" in m.reason
 
 
 def test_bad_plans_are_config_errors():
@@ -218,19 +219,33 @@ def S(**kw) -> CompletionStream:
     (S(), True, None),
     (S(error="HTTP 500: boom"), False, "HTTP 500: boom"),
     (S(usage=None), False, "no usage in the stream"),
-    (S(usage={"completion_tokens": 60, "prompt_tokens": 166}, finish_reason="stop"), True,
+    (S(usage={"completion_tokens": 60, "prompt_tokens": 166}, finish_reason="stop", chunks=60), True,
      "early stop: 60 of 100 tokens (finish_reason stop) on an engine that ignores EOS"),
-    (S(usage={"completion_tokens": 60, "prompt_tokens": 166}, finish_reason="stop"), False, None),
+    (S(usage={"completion_tokens": 60, "prompt_tokens": 166}, finish_reason="stop", chunks=60), False, None),
+    (S(usage={"completion_tokens": 30, "prompt_tokens": 166}, chunks=10), False, None),  # spec decode
     (S(usage={"completion_tokens": 100, "prompt_tokens": 167}), False,
-     "prompt was 167 tokens, not the depth 166"),
-    (S(usage={"completion_tokens": 1, "prompt_tokens": 166}), False, "too few tokens"),
+     "prompt was 167 tokens by the completion's usage.prompt_tokens, not the depth 166"),
+    (S(usage={"completion_tokens": 1, "prompt_tokens": 166}, chunks=1), False, "too few tokens"),
+    (S(usage={"completion_tokens": 101, "prompt_tokens": 166}), False,
+     "usage.completion_tokens 101 exceeds the max_tokens 100 asked for"),
+    (S(usage={"completion_tokens": 0, "prompt_tokens": 166}), False, "usage.completion_tokens is 0"),
+    (S(usage={"completion_tokens": True, "prompt_tokens": 166}), False,
+     "usage.completion_tokens is not an integer: True"),
+    (S(usage={"completion_tokens": 100.0, "prompt_tokens": 166}), False,
+     "usage.completion_tokens is not an integer: 100.0"),
+    (S(usage={"completion_tokens": 50, "prompt_tokens": 166}, chunks=51), False,
+     "usage.completion_tokens 50 is fewer than the 51 text chunks received"),
+    (S(usage={"completion_tokens": 100, "prompt_tokens": "166"}), False,
+     "usage.prompt_tokens is not a token count: '166'"),
+    (S(usage=["completion_tokens", 100]), False, "usage without completion_tokens"),
+    (S(wall_s=0.1), False, "no decode interval"),
     (S(ttft_s=None), False, "no token streamed"),
 ])
 def test_classify(stream, ignores_eos, reason):
     r = classify(stream, 100, ignores_eos=ignores_eos, depth=166)
     assert r.valid == (reason is None)
     assert (r.reason or "").startswith(reason or "")
-    if r.completion_tokens and r.completion_tokens > 1 and stream.ttft_s:
+    if r.completion_tokens and r.completion_tokens > 1 and stream.ttft_s and stream.wall_s == stream.ttft_s + 1.0:
         assert r.decode_tok_s == pytest.approx(r.completion_tokens / 1.0)  # kept as evidence
 
 

@@ -146,3 +146,33 @@ def test_api_from_profile_duck_typed():
     assert api.accepts_token_ids and api.ignores_eos and api.name == "simengine"
     assert api.tokenize_extra == (("add_special_tokens", True),)
     assert api.spec_accepted_metric == VLLM_API.spec_accepted_metric
+
+
+@pytest.mark.parametrize("status,advice", [(500, False), (503, False), (400, True), (422, True)])
+def test_error_advice_names_the_real_cause(status, advice):
+    client = httpx.Client(transport=httpx.MockTransport(
+        lambda r: httpx.Response(status, json={"error": {"message": "model crashed"}})))
+    with pytest.raises(MeasurementError) as e:
+        build_prompt(Tokenizer(client, "http://x", LLAMACPP_API, None), 10)
+    msg = str(e.value)
+    assert f"answered HTTP {status}: " in msg and "model crashed" in msg and "\n" not in msg
+    assert ("readiness.tokenize_request_key" in msg) == advice
+
+
+@pytest.mark.parametrize("count,lie", [
+    (lambda text: 7, "counted 7 tokens for"),                                  # constant
+    (lambda text: max(1, 900 - len(text.split())), "a longer text must count more"),  # shrinking
+    (lambda text: len(text.split()) // 100, "short of the depth 500 after 6 doublings"),  # 100x under
+])
+def test_a_lying_tokenizer_is_named_after_a_bounded_number_of_calls(count, lie):
+    sizes: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        text = json.loads(request.content)["content"]
+        sizes.append(len(text))
+        return httpx.Response(200, json={"tokens": list(range(count(text)))})
+    tok = Tokenizer(httpx.Client(transport=httpx.MockTransport(answer)), "http://x", LLAMACPP_API, None)
+    with pytest.raises(MeasurementError, match="tokenize endpoint http://x/tokenize lied") as e:
+        build_prompt(tok, 500)
+    assert lie in str(e.value)
+    assert len(sizes) <= 30 and max(sizes) < 500 * 64 * 8     # a few calls, a bounded text
