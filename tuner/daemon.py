@@ -35,7 +35,11 @@ def sd_notify(msg: str) -> bool:
 def _detach(ns) -> int:
     from tuner.campaign import load_campaign
 
+    from tuner.lock import CampaignLock
+
     camp = load_campaign(ns.campaign)
+    with CampaignLock(camp.folder):        # refuse here, in the operator's terminal, not in daemon.log
+        pass
     camp.folder.mkdir(parents=True, exist_ok=True)
     out = open(camp.folder / "daemon.log", "ab")
     argv = [sys.executable, "-m", "tuner.cli", "run", ns.campaign, "--quiet"]
@@ -67,12 +71,21 @@ def _host_and_shape(camp, simulated: bool):
 
 
 def run_campaign(ns) -> int:
+    """`tuner run`: the campaign folder's one writer, for its whole life (``tuner.lock``)."""
     if ns.detach:
         return _detach(ns)
-    from tuner.campaign import check_paths, load_campaign
-    from tuner.loop import CampaignLoop, deadline_from
+    from tuner.campaign import load_campaign
+    from tuner.lock import CampaignLock
 
     camp = load_campaign(ns.campaign)
+    with CampaignLock(camp.folder):
+        return _run_locked(ns, camp)
+
+
+def _run_locked(ns, camp) -> int:
+    from tuner.campaign import check_paths
+    from tuner.loop import CampaignLoop, deadline_from
+
     host, profile, info = _host_and_shape(camp, ns.simulated)
     baseline = replace(camp.baseline, image=info.ref)
     baseline.validate_image()
@@ -172,14 +185,14 @@ def _folder(arg: str) -> Path:
 
 
 def print_status(ns) -> int:
-    from tuner.journal import Journal
+    from tuner.export import read_records
     from tuner.state import replay
 
     folder = _folder(ns.campaign)
     jpath = folder / "journal.jsonl"
     if not jpath.exists():
         raise ConfigError(f"{folder} holds no journal.jsonl: the campaign has not run yet")
-    records = Journal(jpath).records
+    records = read_records(jpath)          # a reader: no lock, never writes (not even a torn tail)
     start = next((r for r in records if r["op"] == "campaign_start"), None)
     if start is None:
         raise ConfigError(f"{jpath} has no campaign_start record")
