@@ -264,3 +264,16 @@ class Journal:
         self._records.append(rec)
         self._seq += 1
         return rec
+
+
+def refuse_orphaned(folder: Path, journal: "Journal") -> None:
+    """A new night must not start over an old one whose journal is gone: arms on disk (or arm
+    records) without a ``campaign_start`` are refused, never overwritten."""
+    arms_dir = Path(folder) / "arms"
+    arms = sorted(p.name for p in arms_dir.iterdir()) if arms_dir.is_dir() else []
+    recorded = sum(r.get("op") == "arm_start" for r in journal.records)
+    if arms or recorded:
+        what = f"{len(arms)} arm folders under {arms_dir}" if arms else f"{recorded} arm records"
+        raise ConfigError(f"{journal.path} has no campaign_start record but the folder holds {what}: the journal "
+                          f"was emptied or lost; refusing to start a new night over them — restore the journal "
+                          f"(or move {folder} aside to start afresh)")

@@ -66,7 +66,7 @@ class CampaignLock:
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
         os.fsync(fd)
         self._fd = fd
-        log.info("[lock] %s held by pid %d", self.path, me["pid"])
+        log.debug("[lock] %s held by pid %d", self.path, me["pid"])
         return self
 
     def release(self) -> None:

@@ -10,7 +10,6 @@ import logging
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import optuna
@@ -24,9 +23,10 @@ from arms.profiles import EngineProfile
 
 from .arm_runner import ArmRunner
 from .guard import Guard
-from .journal import Journal, decode_value, repair_tail
+from .journal import Journal, decode_value, refuse_orphaned
 from .search import Proposal, apply, encode_value, propose
 from .state import State, replay
+from .study import open_study, sync_study
 from .verdict import Score
 
 log = logging.getLogger("tuner.loop")
@@ -36,15 +36,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 def campaign_hash(camp) -> str:
     blob = json.dumps(camp.raw, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def open_study(path: Path, name: str) -> optuna.Study:
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    repair_tail(path)
-    storage = JournalStorage(JournalFileBackend(str(path)))
-    return optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True)
 
 
 @dataclass
@@ -82,6 +73,7 @@ class CampaignLoop:
             raise ConfigError(f"{self.camp.folder} was written by a different campaign file (keys that differ: "
                               f"{', '.join(diff) or 'none at top level'}); pass --force-resume to continue it anyway")
         if not started:
+            refuse_orphaned(self.camp.folder, self.journal)
             self.journal.append("campaign_start", campaign_hash=h, campaign=json.loads(json.dumps(self.camp.raw, default=str)),
                                 file=str(self.camp.path), baseline=self.camp.baseline.to_dict())
         else:
@@ -102,6 +94,9 @@ class CampaignLoop:
         return replay(self.journal.records, self.camp.baseline)
 
     def _reconcile_optuna(self, st: State) -> None:
+        self.study = sync_study(self.study, self.camp.folder / "optuna.journal", self.camp.name, st, self.choices,
+                                self.camp.levers)
+        running = {t.number for t in self.study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING}
         by_trial = {a.trial: a for a in st.arms.values() if a.trial is not None}
         for t in self.study.get_trials(deepcopy=False):
             if t.state != TrialState.RUNNING:
@@ -110,7 +105,7 @@ class CampaignLoop:
             if a is None or a.end is None:
                 self.study.tell(t.number, state=TrialState.FAIL)       # asked, never became an arm
         for a in st.arms.values():
-            if a.end is not None and not a.told and a.trial is not None:
+            if a.end is not None and a.trial is not None and (not a.told or a.trial in running):   # a torn tell
                 self._tell(a.trial, a.end)
                 self.journal.append("told", arm=a.n, trial=a.trial)
 
