@@ -77,7 +77,12 @@ def run_campaign(ns) -> int:
     from tuner.campaign import load_campaign
     from tuner.lock import CampaignLock
 
+    from arms.secrets import SealFilter, Sealer
+
     camp = load_campaign(ns.campaign)
+    seal_logs = SealFilter(Sealer.of(camp.baseline, camp.raw))
+    for h in logging.getLogger().handlers:           # no secret of the campaign reaches a log line
+        h.addFilter(seal_logs)
     with CampaignLock(camp.folder):
         return _run_locked(ns, camp)
 
@@ -105,7 +110,7 @@ def _run_locked(ns, camp) -> int:
     view = None if ns.quiet or not sys.stderr.isatty() else _LiveView(camp)
 
     def on_arm(st, end):
-        msg = f"STATUS=arm {max(st.arms)} {end.get('verdict')}; incumbent {st.incumbent.key()}"
+        msg = f"STATUS=arm {max(st.arms)} {end.get('verdict')}; incumbent {st.incumbent_key}"
         sd_notify(msg)
         sd_notify("WATCHDOG=1")
         if view:
@@ -155,7 +160,7 @@ class _LiveView:
 def arms_table(st, last: int | None = None):
     from rich.table import Table
 
-    t = Table(title=f"incumbent {st.incumbent.key()}  ·  {len(st.arms)} arms", expand=False)
+    t = Table(title=f"incumbent {st.incumbent_key}  ·  {len(st.arms)} arms", expand=False)
     for col in ("arm", "kind", "change", "verdict", "objective", "Δ vs incumbent", "boot s"):
         t.add_column(col)
     arms = sorted(st.arms.values(), key=lambda a: a.n)
@@ -211,7 +216,7 @@ def print_status(ns) -> int:
     if ns.json:
         print(json.dumps({"folder": str(folder), "arms": len(st.arms), "daemon_pid": pid,
                           "running_arm": running[0].n if running and pid else None,
-                          "incumbent": st.incumbent.key(), "ended": (st.ended or {}).get("reason"),
+                          "incumbent": st.incumbent_key, "ended": (st.ended or {}).get("reason"),
                           "verdict": (st.ended or {}).get("verdict")}, indent=1))
         return 0
     import shutil

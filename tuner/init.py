@@ -282,5 +282,8 @@ def init_from_container(name: str, output: str | None = None, *, podman: str | N
     path = Path(output or f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.yaml")
     if path.exists() and not force:
         raise ConfigError(f"{path} exists; pass --force to overwrite it, or -o another file")
-    path.write_text(render_campaign(ins, name=name.lstrip("/"), container=name))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)     # it holds the container's secrets
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(render_campaign(ins, name=name.lstrip("/"), container=name))
     return path

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arms.argv import is_secret
+from arms.secrets import Sealer, seal
 from arms.errors import ConfigError
 
 log = logging.getLogger("tuner.journal")
@@ -212,29 +212,17 @@ def repair_tail(path: Path) -> int:
 
 
 def redact(obj: Any) -> Any:
-    """Replace the values of secret-looking env keys anywhere in a record."""
-    if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            if k == "env" and isinstance(v, dict):
-                out[k] = {ek: ("***" if is_secret(ek) else ev) for ek, ev in v.items()}
-            elif k == "env" and isinstance(v, list):
-                out[k] = [[p[0], "***" if is_secret(str(p[0])) else p[1]] if isinstance(p, (list, tuple)) and len(p) == 2
-                          else p for p in v]
-            else:
-                out[k] = redact(v)
-        return out
-    if isinstance(obj, list):
-        return [redact(x) for x in obj]
-    return obj
+    """The record as written: every secret sealed (``arms.secrets.seal``, the one rule)."""
+    return seal(obj)
 
 
 class Journal:
     """The writer: repairs a torn tail, quarantines damaged lines, appends fsync'd records. One per
     campaign folder at a time (``tuner.lock.CampaignLock`` is what makes it one)."""
 
-    def __init__(self, path: Path, clock=time.time):
+    def __init__(self, path: Path, clock=time.time, sealer: Sealer | None = None):
         self.path = Path(path)
+        self.sealer = sealer or Sealer()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.repaired = repair_tail(self.path)
@@ -255,7 +243,7 @@ class Journal:
     def append(self, op: str, **fields: Any) -> dict:
         if op not in OPS:
             raise ValueError(f"unknown journal op {op!r}")
-        rec = redact({"op": op, "seq": self._seq, "t": round(self.clock(), 3), **fields})
+        rec = self.sealer.record({"op": op, "seq": self._seq, "t": round(self.clock(), 3), **fields})
         line = json.dumps(rec, separators=(",", ":"), default=str) + "\n"
         with open(self.path, "ab") as f:
             f.write(line.encode())

@@ -18,12 +18,22 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
+from arms.secrets import REDACTED, is_secret, looks_like_token, seal
+
 from .journal import encode_value, repair_tail
 from .state import State
 
 log = logging.getLogger("tuner.study")
 
 FAILED = ("interrupted", "invalid", "corrupt")
+
+
+def trial_attr(change) -> str:
+    """A change's value as the study's trial attribute: its JSON, sealed (``arms.secrets``)."""
+    lever, value = change
+    if is_secret(str(lever)) or looks_like_token(value):
+        return json.dumps(REDACTED)
+    return seal(json.dumps(encode_value(value), sort_keys=True))
 
 
 def _storage(path: Path):
@@ -84,8 +94,7 @@ def _expected(arm, choices: list[str], levers: dict) -> dict:
     else:
         params = {"lever": arm.change[0] if arm.change else "(incumbent)"}
         dists = {"lever": CategoricalDistribution(choices)}
-        attrs = {"value": json.dumps(encode_value(arm.change[1]), sort_keys=True) if arm.change else arm.kind,
-                 "kind": arm.kind}
+        attrs = {"value": trial_attr(arm.change) if arm.change else arm.kind, "kind": arm.kind}
     state = TrialState.COMPLETE if ok else (TrialState.FAIL if arm.end is not None else TrialState.RUNNING)
     return {"params": params, "distributions": dists, "user_attrs": attrs, "state": state,
             "value": obj if ok else None}
