@@ -19,7 +19,6 @@ from arms.profiles import EngineProfile
 from arms.prompts import api_from_profile
 from arms.secrets import Sealer
 from arms.shape import Shape
-from host.probes import for_container
 
 from .verdict import Constraints, NoiseBand, Objective, Score, judge, objective_sigma
 
@@ -87,7 +86,7 @@ class ArmRunner:
             t_measure = self.host.now()
             plan = replace(self.plan, max_model_len=boot.report.max_model_len or self.plan.max_model_len)
             with self.host.http_client(b.cid, timeout=plan.run_timeout_s) as http, \
-                    for_container(self.host, b.cid, interval_s=self.probe_interval_s) as probes:
+                    self.host.probes(b.cid, interval_s=self.probe_interval_s) as probes:
                 first = measure_engine(b.base_url, replace(plan, depths=plan.depths[:1]), self.api, http=http,
                                        clock=self.host.now)
                 crashpoint("measuring", n)

@@ -181,12 +181,9 @@ def change_text(change) -> str:
 
 
 def _folder(arg: str) -> Path:
-    p = Path(arg)
-    if p.is_dir():
-        return p
-    from tuner.campaign import load_campaign
+    from tuner.journal import folder_of
 
-    return load_campaign(arg).folder
+    return folder_of(arg)
 
 
 def print_status(ns) -> int:

@@ -40,9 +40,9 @@ def read_records(path: Path) -> list[dict]:
 
 def campaign_folder(arg: str | Path) -> Path:
     """A campaign folder, or the folder a campaign YAML file writes to (as `tuner status`)."""
-    from tuner.daemon import _folder
+    from tuner.journal import folder_of
 
-    folder = _folder(str(arg))
+    folder = folder_of(arg)
     if not (folder / "journal.jsonl").exists():
         raise ConfigError(f"{folder} holds no journal.jsonl: give a campaign folder such as journal/<name> "
                           "(the campaign has not run yet?)")

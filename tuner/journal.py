@@ -240,6 +240,13 @@ class Journal:
     def records(self) -> list[dict]:
         return list(self._records)
 
+    def since(self, n: int) -> list[dict]:
+        """The records from the ``n``-th on (what an incremental replay has not seen yet)."""
+        return self._records[n:]
+
+    def __len__(self) -> int:
+        return len(self._records)
+
     def append(self, op: str, **fields: Any) -> dict:
         if op not in OPS:
             raise ValueError(f"unknown journal op {op!r}")
@@ -265,3 +272,13 @@ def refuse_orphaned(folder: Path, journal: "Journal") -> None:
         raise ConfigError(f"{journal.path} has no campaign_start record but the folder holds {what}: the journal "
                           f"was emptied or lost; refusing to start a new night over them — restore the journal "
                           f"(or move {folder} aside to start afresh)")
+
+
+def folder_of(arg: str | Path) -> Path:
+    """A campaign folder given as itself, or as the campaign YAML file that writes to it."""
+    p = Path(arg)
+    if p.is_dir():
+        return p
+    from tuner.campaign import load_campaign
+
+    return load_campaign(str(arg)).folder

@@ -26,7 +26,7 @@ from .arm_runner import ArmRunner
 from .guard import Guard
 from .journal import Journal, decode_value, refuse_orphaned
 from .search import Proposal, apply, encode_value, propose
-from .state import State, replay
+from .state import Replay, State
 from .study import open_study, sync_study, trial_attr
 from .verdict import Score
 
@@ -59,13 +59,16 @@ class CampaignLoop:
         self.on_arm = on_arm
         folder = camp.folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.journal = Journal(folder / "journal.jsonl", sealer=Sealer.of(camp.baseline, camp.raw))
+        self.journal = Journal(folder / "journal.jsonl", clock=host.wall, sealer=Sealer.of(camp.baseline, camp.raw))
         self.study = open_study(folder / "optuna.journal", camp.name)
         self.runner = ArmRunner.for_campaign(camp, host, profile)
         self.choices = ["(incumbent)"] + sorted(camp.levers)
 
     def _replay(self) -> State:
-        return replay(self.journal.records, self.camp.baseline, self.camp.levers)
+        """The campaign state, folded incrementally from the journal (the records since last time)."""
+        if getattr(self, "_replayed", None) is None:
+            self._replayed = Replay(self.camp.baseline, self.camp.levers)
+        return self._replayed.follow(self.journal)
 
     # -- start: identity, reconcile ----------------------------------------------------------
     def _start(self) -> State:

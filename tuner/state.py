@@ -127,11 +127,31 @@ def replay(records: list[dict], baseline: Shape, levers: dict | None = None) -> 
     """State from the journal's records. ``baseline`` and ``levers`` are the campaign's real ones
     (the loop's); a reader passes the journaled baseline and no levers, and gets sealed shapes
     with the real identities (keys)."""
-    st = State(baseline=baseline, incumbent=baseline, incumbent_key=baseline.key())
-    st.shapes[baseline.key()] = baseline
-    for r in records:
-        apply_record(st, r, levers)
-    return st
+    return Replay(baseline, levers).update(records)
+
+
+class Replay:
+    """Incremental replay: one ``State`` that folds in only the records appended since the last
+    ``update`` (the loop's per-arm cost no longer grows with the night; bench/replay_scale.py).
+    ``follow(journal)`` reads a ``tuner.journal.Journal``'s new records without copying the rest."""
+
+    def __init__(self, baseline: Shape, levers: dict | None = None):
+        self.levers = levers
+        self.state = State(baseline=baseline, incumbent=baseline, incumbent_key=baseline.key())
+        self.state.shapes[baseline.key()] = baseline
+        self.done = 0
+
+    def update(self, records) -> State:
+        for r in records[self.done:]:
+            apply_record(self.state, r, self.levers)
+        self.done = len(records)
+        return self.state
+
+    def follow(self, journal) -> State:
+        for r in journal.since(self.done):
+            apply_record(self.state, r, self.levers)
+            self.done += 1
+        return self.state
 
 
 def apply_record(st: State, r: dict, levers: dict | None = None) -> None:
