@@ -19,6 +19,7 @@ from .host import Host
 from .lifecycle import Booted, booted, container_spec
 from .profiles import EngineProfile
 from .readiness import ReadinessProbe
+from .secrets import seal
 from .shape import ABSENT, Shape
 
 log = logging.getLogger("tuner.arms.boot")
@@ -101,7 +102,7 @@ def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str,
             if report.ready and report.non_default_args_raw is not None else []
         result = BootResult(arm=str(arm), shape=shape, report=report, boot_s=b.ready.seconds,
                             log_path=folder / "boot.log", not_applied=not_applied)
-        (folder / "boot.json").write_text(json.dumps(result.to_dict(), indent=1, default=str))
+        (folder / "boot.json").write_text(json.dumps(seal(result.to_dict()), indent=1, default=str))   # secrets sealed
         verdict = result.outcome
         log.info("[%s BOOT %s] in %.1f s%s", tag, verdict, result.boot_s,
                  f" — {report.evidence[0]}" if report.evidence and not result.ready else "")

@@ -84,6 +84,14 @@ class LogFollower:
 
 
 @runtime_checkable
+class ProbeSession(Protocol):
+    def __enter__(self) -> "ProbeSession": ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def to_dict(self) -> dict: ...
+
+
 class Host(Protocol):
     def resolve_image(self, ref: str) -> ImageInfo:
         """Digest reference for an image given by tag or digest; HostError if not present."""
@@ -123,6 +131,14 @@ class Host(Protocol):
 
     def sleep(self, seconds: float) -> None:
         """Wait on the host's clock."""
+
+    def wall(self) -> float:
+        """Epoch seconds for the records (journal times): a simulated host's are simulated."""
+
+    def probes(self, cid: str, interval_s: float = 2.0) -> "ProbeSession":
+        """A context manager that samples what one arm's container costs the host while it runs
+        (RAM, swap, VRAM, the engine's RSS, OOM kills); ``to_dict()`` after the block. A simulated
+        host samples its simulation, never the machine it runs on."""
 
     def unit(self, name: str, action: str) -> str:
         """systemd unit control for the production guard and promotion: action is one of
@@ -173,6 +189,9 @@ class RealTime:
 
     def now(self) -> float:
         return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)

@@ -123,6 +123,12 @@ class FakeHost(RealTime):
         self.calls.append(("remove", cid))
         self.containers.pop(cid, None)
 
+    def probes(self, cid: str, interval_s: float = 2.0):
+        """No machine under a fake: the container's state only (``host.probes.StateProbes``)."""
+        from host.probes import StateProbes
+
+        return StateProbes(self, cid, interval_s, source="fake")
+
     def list_managed(self, labels: dict[str, str] | None = None) -> list[tuple[str, dict[str, str]]]:
         want = {LABEL_MANAGED: "1", **(labels or {})}
         out = []

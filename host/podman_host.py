@@ -236,6 +236,25 @@ class PodmanHost(RealTime, Systemctl):
         except APIError as e:
             raise HostError(f"podman could not remove {cid[:12]}: {e.explanation or e}") from None
 
+    def inspect_container(self, name: str) -> dict | None:
+        """``podman inspect`` of a container by name or id, as plain data; None when there is none."""
+        from podman.errors import NotFound
+
+        try:
+            return self.client.containers.get(name).attrs
+        except NotFound:
+            return None
+
+    def inspect_image(self, ref: str) -> dict:
+        """``podman image inspect`` of an image by reference or id, as plain data."""
+        return self.client.images.get(ref).attrs
+
+    def probes(self, cid: str, interval_s: float = 2.0):
+        """The real machine's probes around one arm (``host.probes.ProbeSampler``)."""
+        from host.probes import for_container
+
+        return for_container(self, cid, interval_s=interval_s)
+
     def list_managed(self, labels: dict[str, str] | None = None) -> list[tuple[str, dict[str, str]]]:
         filters = [f"label={LABEL_MANAGED}=1"] + [f"label={k}={v}" for k, v in (labels or {}).items()]
         return [(c.id, dict(c.labels or {})) for c in self.client.containers.list(all=True, filters=filters)]

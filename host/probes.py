@@ -412,3 +412,40 @@ def for_container(host: Any, cid: str, interval_s: float = 2.0, **kw: Any) -> Pr
     host), its OOMKilled / exit 137 state at stop."""
     return ProbeSampler(lambda: host.state(cid).pid, interval_s,
                         state_provider=lambda: host.state(cid), **kw)
+
+
+class StateProbes:
+    """The probe session of a host with no machine under it (simulated, fake): samples nothing of
+    the box this process runs on and scans no kernel log; reports the container's state (an OOM
+    kill the simulation decided included) on the host's own clock, in ProbeSampler's shape."""
+
+    def __init__(self, host: Any, cid: str, interval_s: float = 2.0, source: str = "simulated") -> None:
+        self.host, self.cid, self.interval_s, self.source = host, cid, float(interval_s), source
+        self.started_at = self.stopped_at = None
+        self.container: dict[str, Any] = {}
+        self.oom_kills: list[OomKill] = []
+
+    def __enter__(self) -> StateProbes:
+        self.started_at = self.host.now()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped_at = self.host.now()
+        try:
+            st = self.host.state(self.cid)
+            self.container = {"status": st.status, "exit_code": st.exit_code, "oom_killed": bool(st.oom_killed)}
+            if st.oom_killed or st.exit_code == 137:
+                self.oom_kills.append(OomKill(st.pid, "container", None, "container",
+                                              "OOMKilled" if st.oom_killed else "exit 137"))
+        except Exception as e:  # noqa: BLE001 - a container already gone says nothing
+            self.container = {"error": f"{type(e).__name__}: {e}"}
+
+    def to_dict(self) -> dict:
+        dur = (self.stopped_at - self.started_at) if self.started_at is not None and self.stopped_at is not None else 0.0
+        return {"summary": {
+            "samples": 0, "interval_s": self.interval_s, "duration_s": dur,
+            "ram_available_min_bytes": None, "ram_available_first_bytes": None, "swap_used_max_bytes": None,
+            "swap_used_first_bytes": None, "engine_rss_peak_bytes": None, "engine_procs_max": 0,
+            "vram_source": "n/a", "vram": "n/a", "oom_kills": [asdict(k) for k in self.oom_kills],
+            "container": dict(self.container), "kernel_log": f"not scanned ({self.source} host)",
+            "sampler_cpu_s": 0.0, "sampler_wall_s": 0.0, "sampler_cpu_percent_of_core": None}, "samples": []}

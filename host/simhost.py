@@ -137,6 +137,17 @@ class SimHost:
     def now(self) -> float:
         return self._now
 
+    def wall(self) -> float:
+        """The simulated wall clock (EPOCH at t = 0): a simulated night's journal times."""
+        return EPOCH.timestamp() + self._now
+
+    def probes(self, cid: str, interval_s: float = 2.0):
+        """Simulated probes: the container's simulated state on the virtual clock; the machine
+        running the simulation is never sampled and its kernel log never scanned."""
+        from host.probes import StateProbes
+
+        return StateProbes(self, cid, interval_s, source="simulated")
+
     def sleep(self, seconds: float) -> None:
         self.advance(seconds)
 

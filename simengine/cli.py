@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-remote-code", action="store_true", default=False)
     p.add_argument("--dtype", default="auto")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hf-token", default=None)      # accepted and unused, as vLLM does without a download
     p.add_argument("--landscape", default=None, help="landscape file (or SIMENGINE_LANDSCAPE)")
     return top
 

@@ -44,11 +44,25 @@ def test_repair_tail_on_a_file_without_any_newline(tmp_path):
     assert repair_tail(tmp_path / "missing") == 0
 
 
-def test_a_corrupt_middle_line_is_a_clear_error(tmp_path):
+def test_a_corrupt_middle_line_is_quarantined_and_skipped(tmp_path):
     p = tmp_path / "j.jsonl"
     p.write_text('{"op":"note","seq":0}\nnot json\n{"op":"note","seq":2}\n')
-    with pytest.raises(ConfigError, match=r"j.jsonl:2: journal line is not JSON"):
+    j = Journal(p)
+    assert [r["seq"] for r in j.records] == [0, 2] and j.append("note")["seq"] == 3
+    q = [json.loads(x) for x in (tmp_path / "j.quarantine.jsonl").read_text().splitlines()]
+    assert [(d["line"], d["text"]) for d in q] == [(2, "not json")] and q[0]["why"].startswith("not JSON")
+    assert p.read_text().splitlines()[1] == "not json"                # copied, never deleted
+    Journal(p)
+    assert len((tmp_path / "j.quarantine.jsonl").read_text().splitlines()) == 1      # once
+
+
+def test_a_journal_with_no_readable_line_is_refused_in_one_line(tmp_path):
+    p = tmp_path / "j.jsonl"
+    p.write_bytes(b"\0" * 4096 + b"\n[1, 2]\n")
+    with pytest.raises(ConfigError, match=r"j.jsonl: no readable record \(first bad line 1: NUL bytes.*"
+                                          r"copied to .*j.quarantine.jsonl and nothing was deleted"):
         Journal(p)
+    assert p.read_bytes() == b"\0" * 4096 + b"\n[1, 2]\n"
 
 
 def test_secrets_are_redacted_everywhere():

@@ -268,3 +268,33 @@ def test_simhost_agrees_with_podman(podman_host, sim_image, tmp_path, name):
         p, s = pm.depths[166].median_decode_tok_s, sm.depths[166].median_decode_tok_s
         assert s == pytest.approx(p, rel=0.03), (p, s)
         assert sm.acceptance == pytest.approx(pm.acceptance, abs=0.02) if pm.acceptance else sm.acceptance is None
+
+
+def test_a_simulated_night_never_probes_the_real_machine_and_keeps_simulated_time(tmp_path, monkeypatch):
+    """The Host seam: probes and the clock go through the host. A simulated night must not sample
+    this machine's RAM/VRAM nor scan its kernel log, and its journal times are the simulation's."""
+    import host.probes as probes
+    from host.simhost import EPOCH
+    from tests.test_campaign_sim import campaign
+    from tuner.campaign import load_campaign
+    from tuner.export import read_records
+    from tuner.loop import CampaignLoop
+
+    def forbidden(*a, **k):
+        raise AssertionError("a simulated night touched the real machine's probes")
+
+    monkeypatch.setattr(probes.ProbeSampler, "__init__", forbidden)
+    monkeypatch.setattr(probes, "kernel_oom_kills", forbidden)
+    monkeypatch.setattr(probes, "detect_vram_reader", forbidden)
+    camp, host = SimHost.pinned(load_campaign(campaign(tmp_path, "seam", budget={"max_arms": 3})))
+    t0 = time.time()
+    CampaignLoop(camp, host, load_profile("simengine"), max_arms=3).run()
+    wall = time.time() - t0
+    recs = read_records(camp.folder / "journal.jsonl")
+    ends = [r for r in recs if r["op"] == "arm_end"]
+    assert len(ends) == 3 and all(e["probes"]["summary"]["kernel_log"] == "not scanned (simulated host)" for e in ends)
+    assert all(e["probes"]["summary"]["container"]["status"] for e in ends)       # the simulated container's state
+    ts = [r["t"] for r in recs]
+    assert ts == sorted(ts) and EPOCH.timestamp() <= ts[0]
+    assert ts[-1] - ts[0] > max(600.0, 10 * wall)          # hours of simulated boots, not the seconds it took
+    assert abs((ts[-1] - ts[0]) - host.now()) < 1.0

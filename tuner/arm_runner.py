@@ -17,8 +17,8 @@ from arms.telemetry import apply_telemetry, expected_ranks, slab_bytes_from_plan
 from arms.measure import Measurement, MeasurePlan, measure_engine
 from arms.profiles import EngineProfile
 from arms.prompts import api_from_profile
+from arms.secrets import Sealer
 from arms.shape import Shape
-from host.probes import for_container
 
 from .verdict import Constraints, NoiseBand, Objective, Score, judge, objective_sigma
 
@@ -43,14 +43,17 @@ class ArmRunner:
         self.api = api_from_profile(profile)
         self.telemetry, self.link_gbs, self.probe_interval_s = telemetry, link_gbs, probe_interval_s
         self.last_boot = None
+        self.sealer = Sealer()           # the campaign's secrets, hidden in the arm's files at its end
 
     @classmethod
     def for_campaign(cls, camp, host: Host, profile: EngineProfile, plan: MeasurePlan | None = None) -> "ArmRunner":
         m, s = camp.raw.get("measure") or {}, camp.search
-        return cls(host, profile, campaign=camp.name, folder=camp.folder, plan=plan or camp.measure,
-                   limits=camp.boot, objective=s.objective, constraints=s.constraints, min_effect=s.min_effect,
-                   prune_below=s.prune_below, telemetry=camp.telemetry, link_gbs=m.get("link_gbs"),
-                   probe_interval_s=float(m.get("probe_interval_s", 2.0)))
+        runner = cls(host, profile, campaign=camp.name, folder=camp.folder, plan=plan or camp.measure,
+                     limits=camp.boot, objective=s.objective, constraints=s.constraints, min_effect=s.min_effect,
+                     prune_below=s.prune_below, telemetry=camp.telemetry, link_gbs=m.get("link_gbs"),
+                     probe_interval_s=float(m.get("probe_interval_s", 2.0)))
+        runner.sealer = Sealer.of(camp.baseline, camp.raw)
+        return runner
 
     def arm_folder(self, n: int) -> Path:
         return self.folder / "arms" / f"{n:04d}"
@@ -83,7 +86,7 @@ class ArmRunner:
             t_measure = self.host.now()
             plan = replace(self.plan, max_model_len=boot.report.max_model_len or self.plan.max_model_len)
             with self.host.http_client(b.cid, timeout=plan.run_timeout_s) as http, \
-                    for_container(self.host, b.cid, interval_s=self.probe_interval_s) as probes:
+                    self.host.probes(b.cid, interval_s=self.probe_interval_s) as probes:
                 first = measure_engine(b.base_url, replace(plan, depths=plan.depths[:1]), self.api, http=http,
                                        clock=self.host.now)
                 crashpoint("measuring", n)
@@ -159,4 +162,7 @@ class ArmRunner:
     def _finish(self, rec: dict, t0: float, folder: Path) -> dict:
         rec["arm_s"] = round(self.host.now() - t0, 3)
         rec["folder"] = str(folder)
+        for p in sorted(Path(folder).rglob("*")) if Path(folder).is_dir() else ():
+            if p.is_file():                # boot.log, boot.json, measure.json, telemetry: no secret at rest
+                self.sealer.file(p)
         return rec

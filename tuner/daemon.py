@@ -35,7 +35,11 @@ def sd_notify(msg: str) -> bool:
 def _detach(ns) -> int:
     from tuner.campaign import load_campaign
 
+    from tuner.lock import CampaignLock
+
     camp = load_campaign(ns.campaign)
+    with CampaignLock(camp.folder):        # refuse here, in the operator's terminal, not in daemon.log
+        pass
     camp.folder.mkdir(parents=True, exist_ok=True)
     out = open(camp.folder / "daemon.log", "ab")
     argv = [sys.executable, "-m", "tuner.cli", "run", ns.campaign, "--quiet"]
@@ -67,12 +71,26 @@ def _host_and_shape(camp, simulated: bool):
 
 
 def run_campaign(ns) -> int:
+    """`tuner run`: the campaign folder's one writer, for its whole life (``tuner.lock``)."""
     if ns.detach:
         return _detach(ns)
-    from tuner.campaign import check_paths, load_campaign
-    from tuner.loop import CampaignLoop, deadline_from
+    from tuner.campaign import load_campaign
+    from tuner.lock import CampaignLock
+
+    from arms.secrets import SealFilter, Sealer
 
     camp = load_campaign(ns.campaign)
+    seal_logs = SealFilter(Sealer.of(camp.baseline, camp.raw))
+    for h in logging.getLogger().handlers:           # no secret of the campaign reaches a log line
+        h.addFilter(seal_logs)
+    with CampaignLock(camp.folder):
+        return _run_locked(ns, camp)
+
+
+def _run_locked(ns, camp) -> int:
+    from tuner.campaign import check_paths
+    from tuner.loop import CampaignLoop, deadline_from
+
     host, profile, info = _host_and_shape(camp, ns.simulated)
     baseline = replace(camp.baseline, image=info.ref)
     baseline.validate_image()
@@ -92,7 +110,7 @@ def run_campaign(ns) -> int:
     view = None if ns.quiet or not sys.stderr.isatty() else _LiveView(camp)
 
     def on_arm(st, end):
-        msg = f"STATUS=arm {max(st.arms)} {end.get('verdict')}; incumbent {st.incumbent.key()}"
+        msg = f"STATUS=arm {max(st.arms)} {end.get('verdict')}; incumbent {st.incumbent_key}"
         sd_notify(msg)
         sd_notify("WATCHDOG=1")
         if view:
@@ -142,7 +160,7 @@ class _LiveView:
 def arms_table(st, last: int | None = None):
     from rich.table import Table
 
-    t = Table(title=f"incumbent {st.incumbent.key()}  ·  {len(st.arms)} arms", expand=False)
+    t = Table(title=f"incumbent {st.incumbent_key}  ·  {len(st.arms)} arms", expand=False)
     for col in ("arm", "kind", "change", "verdict", "objective", "Δ vs incumbent", "boot s"):
         t.add_column(col)
     arms = sorted(st.arms.values(), key=lambda a: a.n)
@@ -163,23 +181,20 @@ def change_text(change) -> str:
 
 
 def _folder(arg: str) -> Path:
-    p = Path(arg)
-    if p.is_dir():
-        return p
-    from tuner.campaign import load_campaign
+    from tuner.journal import folder_of
 
-    return load_campaign(arg).folder
+    return folder_of(arg)
 
 
 def print_status(ns) -> int:
-    from tuner.journal import Journal
+    from tuner.export import read_records
     from tuner.state import replay
 
     folder = _folder(ns.campaign)
     jpath = folder / "journal.jsonl"
     if not jpath.exists():
         raise ConfigError(f"{folder} holds no journal.jsonl: the campaign has not run yet")
-    records = Journal(jpath).records
+    records = read_records(jpath)          # a reader: no lock, never writes (not even a torn tail)
     start = next((r for r in records if r["op"] == "campaign_start"), None)
     if start is None:
         raise ConfigError(f"{jpath} has no campaign_start record")
@@ -198,7 +213,7 @@ def print_status(ns) -> int:
     if ns.json:
         print(json.dumps({"folder": str(folder), "arms": len(st.arms), "daemon_pid": pid,
                           "running_arm": running[0].n if running and pid else None,
-                          "incumbent": st.incumbent.key(), "ended": (st.ended or {}).get("reason"),
+                          "incumbent": st.incumbent_key, "ended": (st.ended or {}).get("reason"),
                           "verdict": (st.ended or {}).get("verdict")}, indent=1))
         return 0
     import shutil

@@ -13,7 +13,7 @@ import pandas as pd
 
 from arms.errors import ConfigError
 from arms.shape import format_value
-from tuner.journal import decode_value
+from tuner.journal import decode_value, read_journal
 
 FORMATS = ("csv", "jsonl", "parquet")
 # (column prefix, key of a depth's measurement)
@@ -28,30 +28,21 @@ BOOL_COLUMNS = ("feasible", "compile_cache_hit")
 
 
 def read_records(path: Path) -> list[dict]:
-    """The journal's records without touching the file: a torn last line (a campaign still
-    writing, or killed mid-write) is skipped; a bad line before the end is bad input."""
-    path = Path(path)
-    out: list[dict] = []
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    last = len(lines) - 1
-    for n, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            if n == last:          # no trailing newline: the writer has not finished this line
-                break
-            raise ConfigError(f"{path}:{n + 1}: journal line is not JSON ({e.msg})") from None
-    return out
+    """The journal's records without touching the file (``tuner.journal.read_journal``): a torn
+    last line is skipped, a damaged line is skipped with one warning; a journal with no readable
+    record at all is bad input."""
+    got = read_journal(Path(path))
+    bad = got.unreadable()
+    if bad:
+        raise bad
+    return got.records
 
 
 def campaign_folder(arg: str | Path) -> Path:
     """A campaign folder, or the folder a campaign YAML file writes to (as `tuner status`)."""
-    from tuner.daemon import _folder
+    from tuner.journal import folder_of
 
-    folder = _folder(str(arg))
+    folder = folder_of(arg)
     if not (folder / "journal.jsonl").exists():
         raise ConfigError(f"{folder} holds no journal.jsonl: give a campaign folder such as journal/<name> "
                           "(the campaign has not run yet?)")

@@ -263,24 +263,23 @@ def _ipc_is_host(pid: int | None) -> bool:
 
 def init_from_container(name: str, output: str | None = None, *, podman: str | None = None,
                         force: bool = False, host=None) -> Path:
-    from podman.errors import NotFound
-
     from host.podman_host import PodmanHost
 
     host = host or PodmanHost(podman)
-    try:
-        ctr = host.client.containers.get(name)
-    except NotFound:
-        raise ConfigError(f"no container named {name!r} (`podman ps -a` lists them)") from None
-    attrs = ctr.attrs
+    attrs = host.inspect_container(name)           # the Host seam: plain inspect data, no podman-py objects
+    if attrs is None:
+        raise ConfigError(f"no container named {name!r} (`podman ps -a` lists them)")
     state = attrs.get("State") or {}
     if str(state.get("Status", "")).lower() != "running":
         raise ConfigError(f"container {name} is {state.get('Status', 'not running')}: start it; init reads a "
                           "running container")
-    image = host.client.images.get(attrs["Image"]).attrs
+    image = host.inspect_image(attrs["Image"])
     ins = shape_from_inspect(attrs, image, ipc_host=_ipc_is_host(state.get("Pid")))
     path = Path(output or f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.yaml")
     if path.exists() and not force:
         raise ConfigError(f"{path} exists; pass --force to overwrite it, or -o another file")
-    path.write_text(render_campaign(ins, name=name.lstrip("/"), container=name))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)     # it holds the container's secrets
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(render_campaign(ins, name=name.lstrip("/"), container=name))
     return path

@@ -10,7 +10,6 @@ import logging
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import optuna
@@ -21,12 +20,14 @@ from arms.errors import ConfigError
 from arms.host import Host
 from arms.lifecycle import crashpoint, sweep_orphans
 from arms.profiles import EngineProfile
+from arms.secrets import Sealer
 
 from .arm_runner import ArmRunner
 from .guard import Guard
-from .journal import Journal, decode_value, repair_tail
+from .journal import Journal, decode_value, refuse_orphaned
 from .search import Proposal, apply, encode_value, propose
-from .state import State, replay
+from .state import Replay, State
+from .study import open_study, sync_study, trial_attr
 from .verdict import Score
 
 log = logging.getLogger("tuner.loop")
@@ -36,15 +37,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 def campaign_hash(camp) -> str:
     blob = json.dumps(camp.raw, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def open_study(path: Path, name: str) -> optuna.Study:
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    repair_tail(path)
-    storage = JournalStorage(JournalFileBackend(str(path)))
-    return optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True)
 
 
 @dataclass
@@ -67,10 +59,16 @@ class CampaignLoop:
         self.on_arm = on_arm
         folder = camp.folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.journal = Journal(folder / "journal.jsonl")
+        self.journal = Journal(folder / "journal.jsonl", clock=host.wall, sealer=Sealer.of(camp.baseline, camp.raw))
         self.study = open_study(folder / "optuna.journal", camp.name)
         self.runner = ArmRunner.for_campaign(camp, host, profile)
         self.choices = ["(incumbent)"] + sorted(camp.levers)
+
+    def _replay(self) -> State:
+        """The campaign state, folded incrementally from the journal (the records since last time)."""
+        if getattr(self, "_replayed", None) is None:
+            self._replayed = Replay(self.camp.baseline, self.camp.levers)
+        return self._replayed.follow(self.journal)
 
     # -- start: identity, reconcile ----------------------------------------------------------
     def _start(self) -> State:
@@ -82,26 +80,31 @@ class CampaignLoop:
             raise ConfigError(f"{self.camp.folder} was written by a different campaign file (keys that differ: "
                               f"{', '.join(diff) or 'none at top level'}); pass --force-resume to continue it anyway")
         if not started:
+            refuse_orphaned(self.camp.folder, self.journal)
             self.journal.append("campaign_start", campaign_hash=h, campaign=json.loads(json.dumps(self.camp.raw, default=str)),
-                                file=str(self.camp.path), baseline=self.camp.baseline.to_dict())
+                                file=str(self.camp.path), baseline=self.camp.baseline.to_dict(),
+                                baseline_identity=self.camp.baseline.key())
         else:
             self.journal.append("note", text="resumed", campaign_hash=h)
         removed = sweep_orphans(self.host, self.camp.name)
-        st = replay(self.journal.records, self.camp.baseline)
+        st = self._replay()
         for a in st.open_arms:        # the tuner died inside this arm
             self.journal.append("arm_end", arm=a.n, kind=a.kind, verdict="interrupted",
                                 reason="the tuner stopped mid-arm; its container was removed on resume",
                                 orphans_removed=len(removed))
             log.warning("[arm %s VERDICT interrupted] resumed after a crash", a.n)
-        st = replay(self.journal.records, self.camp.baseline)
+        st = self._replay()
         for a in st.finished():       # a confirmed win whose promotion the crash cut off
             if a.kind == "confirm" and a.verdict == "better" and a.incumbent == st.incumbent.key():
                 self._promote(st, a.n)
-                st = replay(self.journal.records, self.camp.baseline)
+                st = self._replay()
         self._reconcile_optuna(st)
-        return replay(self.journal.records, self.camp.baseline)
+        return self._replay()
 
     def _reconcile_optuna(self, st: State) -> None:
+        self.study = sync_study(self.study, self.camp.folder / "optuna.journal", self.camp.name, st, self.choices,
+                                self.camp.levers)
+        running = {t.number for t in self.study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING}
         by_trial = {a.trial: a for a in st.arms.values() if a.trial is not None}
         for t in self.study.get_trials(deepcopy=False):
             if t.state != TrialState.RUNNING:
@@ -110,7 +113,7 @@ class CampaignLoop:
             if a is None or a.end is None:
                 self.study.tell(t.number, state=TrialState.FAIL)       # asked, never became an arm
         for a in st.arms.values():
-            if a.end is not None and not a.told and a.trial is not None:
+            if a.end is not None and a.trial is not None and (not a.told or a.trial in running):   # a torn tell
                 self._tell(a.trial, a.end)
                 self.journal.append("told", arm=a.n, trial=a.trial)
 
@@ -128,7 +131,7 @@ class CampaignLoop:
     # -- the loop -------------------------------------------------------------------------------
     def _ask(self, p: Proposal) -> int:
         lever = p.change[0] if p.change else "(incumbent)"
-        value = json.dumps(encode_value(p.change[1]), sort_keys=True) if p.change else p.kind
+        value = trial_attr(p.change) if p.change else p.kind
         self.study.enqueue_trial({"lever": lever}, user_attrs={"value": value, "kind": p.kind})
         trial = self.study.ask({"lever": CategoricalDistribution(self.choices)})
         return trial.number
@@ -164,7 +167,7 @@ class CampaignLoop:
                 break
             self._run_one(st, p)
             arms_run += 1
-            st = replay(self.journal.records, self.camp.baseline)
+            st = self._replay()
             if self.on_arm:
                 self.on_arm(st, st.arms[max(st.arms)].end or {})
         verdict = self._verdict(st)
@@ -208,7 +211,7 @@ class CampaignLoop:
         else:
             trial = self._ask(p)
         crashpoint("asked", n)
-        self.journal.append("arm_start", arm=n, kind=p.kind, shape=shape.to_dict(),
+        self.journal.append("arm_start", arm=n, kind=p.kind, shape=shape.to_dict(), identity=shape.key(),
                             change=[p.change[0], encode_value(p.change[1])] if p.change else None,
                             incumbent=st.incumbent.key(), trial=trial, why=p.why)
         log.info("[arm %d START %s] %s — %s", n, p.kind,
@@ -233,11 +236,11 @@ class CampaignLoop:
         self.journal.append("arm_end", **{k: v for k, v in rec.items() if k != "arm"}, arm=n)
         crashpoint("ended", n)
         if p.kind == "joint" and rec.get("verdict") == "better":       # joint mode: the best so far, no confirmation
-            self.journal.append("incumbent", arm=n, shape=shape.to_dict(), score=rec["score"],
+            self.journal.append("incumbent", arm=n, shape=shape.to_dict(), identity=shape.key(), score=rec["score"],
                                 samples=[rec["score"]["objective"]], change=None, previous=st.incumbent.key(),
                                 confirmed_arms=[n])
         if p.kind == "confirm" and rec.get("verdict") == "better":
-            self._promote(replay(self.journal.records, self.camp.baseline), n)
+            self._promote(self._replay(), n)
             crashpoint("incumbent", n)
         self._tell(trial, rec)
         self.journal.append("told", arm=n, trial=trial)
@@ -252,7 +255,8 @@ class CampaignLoop:
                     key=lambda a: a.n)
         samples = [x for x in ((probe.end or {}).get("score", {}).get("objective"),
                                (arm.end or {}).get("score", {}).get("objective")) if x is not None]
-        self.journal.append("incumbent", arm=n, shape=arm.shape.to_dict(), score=arm.end["score"], samples=samples,
+        self.journal.append("incumbent", arm=n, shape=arm.shape.to_dict(), identity=arm.key, score=arm.end["score"],
+                            samples=samples,
                             change=[arm.change[0], encode_value(arm.change[1])], previous=arm.incumbent,
                             previous_value=encode_value(st.incumbent.value_of(arm.change[0])),
                             confirmed_arms=[probe.n, n])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from arms.secrets import REDACTED
 from arms.shape import Shape
 
 from .journal import decode_value
@@ -26,6 +27,12 @@ class Arm:
     told: bool = False
 
     @property
+    def key(self) -> str:
+        """The shape's identity, computed from the real shape when it was journaled (the journaled
+        shape itself has its secrets sealed)."""
+        return self.start.get("identity") or self.shape.key()
+
+    @property
     def verdict(self) -> str | None:
         return (self.end or {}).get("verdict")
 
@@ -47,6 +54,8 @@ class State:
     ended: dict | None = None
     guard: list[dict] = field(default_factory=list)
     moves: list[dict] = field(default_factory=list)
+    incumbent_key: str | None = None
+    shapes: dict[str, Shape] = field(default_factory=dict)   # key -> the real shape, where known
 
     @property
     def next_n(self) -> int:
@@ -68,7 +77,7 @@ class State:
 
     def tried_here(self) -> dict[tuple[str, str], list[Arm]]:
         """(lever, value text) -> the probes of that change judged at the current incumbent."""
-        key = self.incumbent.key() if self.incumbent else None
+        key = self.incumbent_key
         out: dict[tuple[str, str], list[Arm]] = {}
         for a in sorted(self.finished(), key=lambda a: a.n):
             if a.change and a.incumbent == key and a.kind == "probe" and a.verdict != "interrupted":
@@ -85,7 +94,7 @@ class State:
     def arms_since_incumbent_measure(self) -> int:
         n = 0
         for a in sorted(self.finished(), key=lambda a: a.n, reverse=True):
-            if a.kind in ("baseline", "recheck", "confirm") and a.shape == self.incumbent:
+            if a.kind in ("baseline", "recheck", "confirm") and a.key == self.incumbent_key:
                 break
             n += 1
         return n
@@ -97,41 +106,102 @@ def _vt(value) -> str:
     return format_value(value)
 
 
-def replay(records: list[dict], baseline: Shape) -> State:
-    st = State(baseline=baseline, incumbent=baseline)
-    for r in records:
-        op = r["op"]
-        if op == "campaign_start":
-            st.started = st.started or r
-        elif op == "arm_start":
-            ch = r.get("change")
-            st.arms[r["arm"]] = Arm(n=r["arm"], kind=r["kind"], shape=Shape.from_dict(r["shape"]),
-                                    change=(ch[0], decode_value(ch[1])) if ch else None,
-                                    incumbent=r["incumbent"], trial=r.get("trial"), start=r)
-        elif op == "arm_end":
-            a = st.arms.get(r["arm"])
-            if a is not None and a.end is None:
-                a.end = r
-                obj = (r.get("score") or {}).get("objective")
-                if a.kind in ("baseline", "recheck") and a.shape == st.incumbent and obj is not None:
-                    st.samples.append(obj)
-                    if a.kind == "baseline" and st.incumbent_score is None:
-                        st.incumbent_score = a.score
-                        st.incumbent_arm = a.n
-        elif op == "told":
-            a = st.arms.get(r["arm"])
-            if a is not None:
-                a.told = True
-        elif op == "incumbent":
-            st.incumbent = Shape.from_dict(r["shape"])
-            st.incumbent_arm = r["arm"]
-            sc = r["score"]
-            st.incumbent_score = Score(sc["feasible"], sc["violation"], sc["objective"])
-            st.samples = [x for x in r.get("samples", []) if x is not None]
-            st.moves.append(r)
-        elif op == "guard":
-            st.guard.append(r)
-        elif op == "campaign_end":
-            st.ended = r
-    return st
+def _resolve(sealed: Shape, key: str | None, base: Shape | None, change, levers) -> tuple[Shape, tuple | None]:
+    """The real shape (and change) behind a journaled, sealed one: the incumbent it was proposed
+    from with its change applied, the change's value taken from the campaign's levers when it
+    was sealed."""
+    if key is None or sealed.key() == key or base is None:
+        return sealed, change
+    if change is None:
+        return (base if base.key() == key else sealed), change
+    lever, value = change
+    values = [value] if value != REDACTED else list(getattr((levers or {}).get(lever), "values", ()) or ())
+    for v in values:
+        cand = base.with_change(lever, v)
+        if cand.key() == key:
+            return cand, (lever, v)
+    return sealed, change
 
+
+def replay(records: list[dict], baseline: Shape, levers: dict | None = None) -> State:
+    """State from the journal's records. ``baseline`` and ``levers`` are the campaign's real ones
+    (the loop's); a reader passes the journaled baseline and no levers, and gets sealed shapes
+    with the real identities (keys)."""
+    return Replay(baseline, levers).update(records)
+
+
+class Replay:
+    """Incremental replay: one ``State`` that folds in only the records appended since the last
+    ``update`` (the loop's per-arm cost no longer grows with the night; bench/replay_scale.py).
+    ``follow(journal)`` reads a ``tuner.journal.Journal``'s new records without copying the rest."""
+
+    def __init__(self, baseline: Shape, levers: dict | None = None):
+        self.levers = levers
+        self.state = State(baseline=baseline, incumbent=baseline, incumbent_key=baseline.key())
+        self.state.shapes[baseline.key()] = baseline
+        self.done = 0
+
+    def update(self, records) -> State:
+        for r in records[self.done:]:
+            apply_record(self.state, r, self.levers)
+        self.done = len(records)
+        return self.state
+
+    def follow(self, journal) -> State:
+        for r in journal.since(self.done):
+            apply_record(self.state, r, self.levers)
+            self.done += 1
+        return self.state
+
+
+def apply_record(st: State, r: dict, levers: dict | None = None) -> None:
+    """Fold one journal record into ``st`` (replay is this, record after record)."""
+    op = r["op"]
+    if op == "campaign_start":
+        if st.started is None:
+            st.started = r
+            bk = r.get("baseline_identity")
+            if bk and st.baseline.key() != bk and st.baseline.to_dict() == r.get("baseline"):
+                st.incumbent_key = bk          # a reader holds the sealed baseline
+                st.shapes[bk] = st.baseline
+    elif op == "arm_start":
+        ch = r.get("change")
+        change = (ch[0], decode_value(ch[1])) if ch else None
+        sealed = Shape.from_dict(r["shape"])
+        shape, change = _resolve(sealed, r.get("identity"), st.shapes.get(r["incumbent"]), change, levers)
+        arm = Arm(n=r["arm"], kind=r["kind"], shape=shape, change=change,
+                  incumbent=r["incumbent"], trial=r.get("trial"), start=r)
+        st.arms[r["arm"]] = arm
+        st.shapes.setdefault(arm.key, shape)
+    elif op == "arm_end":
+        a = st.arms.get(r["arm"])
+        if a is not None and a.end is None:
+            a.end = r
+            obj = (r.get("score") or {}).get("objective")
+            if a.kind in ("baseline", "recheck") and a.key == st.incumbent_key and obj is not None:
+                st.samples.append(obj)
+                if a.kind == "baseline" and st.incumbent_score is None:
+                    st.incumbent_score = a.score
+                    st.incumbent_arm = a.n
+    elif op == "told":
+        a = st.arms.get(r["arm"])
+        if a is not None:
+            a.told = True
+    elif op == "incumbent":
+        a = st.arms.get(r["arm"])
+        key = r.get("identity")
+        if a is not None and (key is None or a.key == key):
+            st.incumbent, st.incumbent_key = a.shape, a.key
+        else:
+            st.incumbent = Shape.from_dict(r["shape"])
+            st.incumbent_key = key or st.incumbent.key()
+        st.shapes.setdefault(st.incumbent_key, st.incumbent)
+        st.incumbent_arm = r["arm"]
+        sc = r["score"]
+        st.incumbent_score = Score(sc["feasible"], sc["violation"], sc["objective"])
+        st.samples = [x for x in r.get("samples", []) if x is not None]
+        st.moves.append(r)
+    elif op == "guard":
+        st.guard.append(r)
+    elif op == "campaign_end":
+        st.ended = r

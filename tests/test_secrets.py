@@ -1,0 +1,104 @@
+"""Secrets sealed at one gate: one rule, identity from the real shape, the sealed copy on disk."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from arms.secrets import REDACTED, Sealer, looks_like_token, seal, secret_values
+from tests.conftest import REPO
+from tests.test_campaign_sim import BASE
+
+ENV_SECRET = "hf_EnvBaselineSecret0123456789abc"
+FLAG_SECRET = "plainFlagPassw0rd"                       # short and not token-looking: secret by its flag's name
+LEVER_SECRETS = ["Zq8LeverValueNumberOne0123456789abcdXY", "Zq8LeverValueNumberTwo0123456789abcdXY"]
+SECRETS = [ENV_SECRET, FLAG_SECRET, *LEVER_SECRETS]
+
+
+@pytest.mark.parametrize("value, token", [
+    ("hf_abcdefghijklmnopqrstu", True), ("sk-proj-ABCDEFGHIJKLMNOP1234", True),
+    ("ghp_0123456789abcdefABCDEF", True), (LEVER_SECRETS[0], True),
+    ("a" * 64, False),                                            # a hex digest
+    ("localhost/x@sha256:" + "a" * 64, False), ("/models/Qwen3-Coder-480B-A35B-Instruct-FP8", False),
+    ("R4D_LRU_UVA_TOKENS", False), ("2048", False), (2048, False),
+])
+def test_what_looks_like_a_token(value, token):
+    assert looks_like_token(value) is token
+
+
+def test_one_rule_for_env_flags_argv_changes_and_text():
+    rec = {"shape": {"env": {"HF_TOKEN": "abc123", "R4D_LRU_UVA_TOKENS": "2048"},
+                     "args": [["api-key", "k1"], ["max-num-batched-tokens", 1024], ["model-tag", "hf_abcdefghijklmnopqrstu"]]},
+           "change": ["env.DB_PASSWORD", "pw12"], "argv": ["serve", "--hf-token", "t0pS", "--port", "8000"],
+           "evidence": "engine said: using token hf_abcdefghijklmnopqrstu for download"}
+    got = seal(rec)
+    assert got["shape"]["env"] == {"HF_TOKEN": REDACTED, "R4D_LRU_UVA_TOKENS": "2048"}
+    assert got["shape"]["args"] == [["api-key", REDACTED], ["max-num-batched-tokens", 1024], ["model-tag", REDACTED]]
+    assert got["change"] == ["env.DB_PASSWORD", REDACTED]
+    assert got["argv"] == ["serve", "--hf-token", REDACTED, "--port", "8000"]
+    assert "hf_abc" not in got["evidence"]
+    s = Sealer(secret_values(rec))
+    assert s.text("echo: abc123 and t0pS and pw12") == "echo: *** and *** and ***"
+
+
+def _campaign(tmp_path, name, secrets: bool):
+    env = {"R4D_LRU_GATHER_CHUNKS": 8, "R4D_LRU_GATHER_LANES": 16}
+    args = dict(BASE)
+    levers = {"expert-prefetch": ["absent", 1, 2], "env.R4D_LRU_GATHER_CHUNKS": [8, 32],
+              "env.R4D_AUTH_MODE": LEVER_SECRETS if secrets else ["alpha", "beta"]}
+    if secrets:
+        env["HF_TOKEN"] = ENV_SECRET
+        args["hf-token"] = FLAG_SECRET
+    else:
+        args["hf-token"] = "none"
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump({
+        "name": name, "engine": "simengine",
+        "baseline": {"image": "localhost/offload-tuner-simengine:sim", "model": "/models/sim", "args": args,
+                     "env": env, "port": 8000},
+        "levers": levers, "journal": "journal", "budget": {"max_arms": 14}}))
+    return p
+
+
+def _tuner(*args):
+    return subprocess.run([sys.executable, "-m", "tuner.cli", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _moves(folder):
+    recs = [json.loads(x) for x in (folder / "journal.jsonl").read_text().splitlines()]
+    kinds = [(r["kind"], (r.get("change") or [None])[0]) for r in recs if r["op"] == "arm_start"]
+    verdicts = [r.get("verdict") for r in recs if r["op"] == "arm_end"]
+    moves = [(r["arm"], (r.get("change") or [None])[0]) for r in recs if r["op"] == "incumbent"]
+    return kinds, verdicts, moves
+
+
+def test_a_campaign_with_secrets_decides_as_one_without_and_leaks_them_nowhere(tmp_path):
+    runs = {}
+    for secrets in (False, True):
+        name = "sealed" if secrets else "plain"
+        path = _campaign(tmp_path, name, secrets)
+        r = _tuner("-v", "run", path, "--simulated")
+        assert r.returncode == 0, r.stderr[-3000:]
+        folder = tmp_path / "journal" / name
+        assert _tuner("report", folder).returncode == 0
+        for fmt in ("csv", "jsonl"):
+            assert _tuner("export", folder, "--format", fmt).returncode == 0
+        runs[secrets] = (folder, r.stdout + r.stderr)
+    plain, sealed = _moves(runs[False][0]), _moves(runs[True][0])
+    assert sealed == plain
+    assert sealed[1][0] == "baseline" and sealed[2], sealed          # the baseline's score was set, the night moved
+    assert ("probe", "env.R4D_AUTH_MODE") in sealed[0]
+    folder, logs = runs[True]
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    assert any(p.name == "boot.json" for p in files) and any(p.name == "REPORT.md" for p in files)
+    assert any(p.name == "arms.csv" for p in files) and (folder / "optuna.journal").exists()
+    for p in files:
+        data = p.read_bytes()
+        for s in SECRETS:
+            assert s.encode() not in data, f"{s} leaked into {p.relative_to(folder)}"
+    for s in SECRETS:
+        assert s not in logs

@@ -1,0 +1,143 @@
+"""The Optuna study is derived state: it can always be rebuilt from the arm journal.
+
+``open_study`` repairs a torn tail, and moves a file Optuna cannot load (a garbage line, a record
+that is not Optuna's) aside to ``optuna.journal.damaged-N`` — nothing is deleted — before opening
+a fresh one. ``sync_study`` compares the study with what the arm journal says each trial was and,
+on any mismatch (a deleted or damaged file, a trial with the wrong lever or value), moves the file
+aside the same way and rebuilds it: one trial per journaled arm, same number, params, user
+attributes, state and value. Trials asked but never journaled as an arm are rebuilt as FAIL.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState, create_trial
+
+from arms.secrets import REDACTED, is_secret, looks_like_token, seal
+
+from .journal import encode_value, repair_tail
+from .state import State
+
+log = logging.getLogger("tuner.study")
+
+FAILED = ("interrupted", "invalid", "corrupt")
+
+
+def trial_attr(change) -> str:
+    """A change's value as the study's trial attribute: its JSON, sealed (``arms.secrets``)."""
+    lever, value = change
+    if is_secret(str(lever)) or looks_like_token(value):
+        return json.dumps(REDACTED)
+    return seal(json.dumps(encode_value(value), sort_keys=True))
+
+
+def _storage(path: Path):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _loadable(path: Path) -> str | None:
+    """Why Optuna could not replay this file (None when every complete line is one of its ops)."""
+    if not path.exists():
+        return None
+    for n, line in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            rec = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            return f"line {n} is not JSON"
+        if not isinstance(rec, dict) or "op_code" not in rec:
+            return f"line {n} is not an Optuna journal operation"
+    return None
+
+
+def set_aside(path: Path, why: str) -> Path:
+    """Rename a damaged study file to the first free ``<name>.damaged-N``; returns the new path."""
+    n = 1
+    while (dest := path.with_name(f"{path.name}.damaged-{n}")).exists():
+        n += 1
+    os.replace(path, dest)
+    log.warning("[study] %s: %s; moved to %s, the study is rebuilt from the arm journal", path, why, dest.name)
+    return dest
+
+
+def open_study(path: Path, name: str) -> optuna.Study:
+    path = Path(path)
+    repair_tail(path)
+    why = _loadable(path)
+    if why:
+        set_aside(path, why)
+    try:
+        return optuna.create_study(study_name=name, storage=_storage(path), direction="maximize", load_if_exists=True)
+    except Exception as e:      # noqa: BLE001 - whatever Optuna makes of a damaged file, the journal rebuilds it
+        set_aside(path, f"Optuna cannot load it ({type(e).__name__}: {e})")
+        return optuna.create_study(study_name=name, storage=_storage(path), direction="maximize")
+
+
+def _expected(arm, choices: list[str], levers: dict) -> dict:
+    """The trial an arm's ask + tell left in the study."""
+    end = arm.end or {}
+    verdict = str(end.get("verdict") or "")
+    obj = (end.get("score") or {}).get("objective")
+    ok = arm.end is not None and verdict not in FAILED and not verdict.startswith("boot-failed") and obj is not None
+    if arm.kind == "joint":
+        params = {name: json.dumps(encode_value(arm.shape.value_of(name)), sort_keys=True) for name in levers}
+        dists = {name: CategoricalDistribution([json.dumps(encode_value(v), sort_keys=True) for v in lv.values])
+                 for name, lv in levers.items()}
+        attrs = {}
+    else:
+        params = {"lever": arm.change[0] if arm.change else "(incumbent)"}
+        dists = {"lever": CategoricalDistribution(choices)}
+        attrs = {"value": trial_attr(arm.change) if arm.change else arm.kind, "kind": arm.kind}
+    state = TrialState.COMPLETE if ok else (TrialState.FAIL if arm.end is not None else TrialState.RUNNING)
+    return {"params": params, "distributions": dists, "user_attrs": attrs, "state": state,
+            "value": obj if ok else None}
+
+
+def _mismatch(study: optuna.Study, st: State, choices: list[str], levers: dict) -> str | None:
+    trials = study.get_trials(deepcopy=False)
+    for a in sorted(st.arms.values(), key=lambda a: a.n):
+        if a.trial is None:
+            continue
+        if a.trial >= len(trials):
+            return f"arm {a.n}'s trial {a.trial} is missing ({len(trials)} trials)"
+        t, want = trials[a.trial], _expected(a, choices, levers)
+        if {k: t.params.get(k) for k in want["params"]} != want["params"]:
+            return f"trial {a.trial} has params {t.params}, arm {a.n} journaled {want['params']}"
+        if t.state == TrialState.RUNNING:
+            continue                        # told by the reconcile that follows (a torn tell)
+        if t.state != want["state"] or (want["value"] is not None and t.value != want["value"]):
+            return f"trial {a.trial} is {t.state.name} {t.value}, arm {a.n} journaled {want['state'].name} {want['value']}"
+    return None
+
+
+def rebuild(path: Path, name: str, st: State, choices: list[str], levers: dict) -> optuna.Study:
+    """A fresh study at ``path`` whose trials are the arm journal's, numbered as journaled."""
+    study = optuna.create_study(study_name=name, storage=_storage(path), direction="maximize")
+    by_trial = {a.trial: a for a in st.arms.values() if a.trial is not None}
+    for n in range(max(by_trial, default=-1) + 1):
+        a = by_trial.get(n)
+        if a is None:                        # asked, never journaled as an arm
+            study.add_trial(create_trial(state=TrialState.FAIL, params={}, distributions={}))
+            continue
+        want = _expected(a, choices, levers)
+        study.add_trial(create_trial(**want))
+    log.warning("[study] %s rebuilt from the arm journal: %d trials", path, len(by_trial))
+    return study
+
+
+def sync_study(study: optuna.Study, path: Path, name: str, st: State, choices: list[str], levers: dict) -> optuna.Study:
+    """The study, or — when it disagrees with the arm journal — a rebuilt one (the old file set aside)."""
+    why = _mismatch(study, st, choices, levers)
+    if why is None:
+        return study
+    path = Path(path)
+    if path.exists():
+        set_aside(path, f"it disagrees with the arm journal ({why})")
+    return rebuild(path, name, st, choices, levers)
