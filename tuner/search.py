@@ -69,7 +69,19 @@ def latest_comparisons(state: State) -> dict[tuple[str, str, str], dict]:
     for r in state.comparisons:
         ch = r.get("change")
         if ch:
-            out[(r["incumbent"], ch[0], _value_text(decode_value(ch[1])))] = r["comparison"]
+            out[(r["incumbent"], ch[0], _value_text(decode_value(ch[1])))] = {**r["comparison"], "arm": r.get("arm")}
+    return out
+
+
+def drift_since(state: State, arm: int | None) -> float:
+    """How far the incumbent moved since arm ``arm``: the sum of |log effect| of the moves after it
+    (a move decided by the constraints counts 0.05). A carried estimate is trusted less the
+    further the incumbent has moved (a +47 % move changes which neighbours pay)."""
+    out = 0.0
+    for m in state.moves:
+        if arm is None or m.get("arm", -1) > arm:
+            eff = (m.get("comparison") or {}).get("effect")
+            out += abs(math.log1p(eff)) if eff is not None and eff > -1 else 0.05
     return out
 
 
@@ -131,13 +143,22 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
             earlier = [k for k in cmp if k[1] == name and k[2] == vt]
             if earlier:
                 c = cmp[earlier[-1]]
-                mu, sigma = c["effect"], math.hypot(c["se"], CARRY_SIGMA)
+                mu, sigma = c["effect"], math.hypot(c["se"], CARRY_SIGMA + 0.1 * drift_since(state, c.get("arm")))
                 why = f"{c['verdict']} at an earlier incumbent ({c['effect']:+.1%})"
             elif past and boot_classes & MEMORY:
-                mu, sigma, why = -0.02, 0.02, "memory failure at an earlier incumbent"
+                moved = [m for m in state.moves if m.get("arm", -1) > past[-1].n and m.get("change")
+                         and CAPACITY.search(m["change"][0])]
+                if moved:                       # the memory plan changed since: as good as untried
+                    mu, why_e = evidence(state, name)
+                    sigma, why = PRIOR_SIGMA, f"memory failure before {moved[-1]['change'][0]} moved" + \
+                        (f" ({why_e})" if why_e else "")
+                else:
+                    mu, sigma, why = -0.02, 0.02, "memory failure at an earlier incumbent"
             elif past:
                 last = past[-1]
                 d = (last.end or {}).get("delta")
+                if d is None and last.verdict == "worse":
+                    d = -0.3                    # pruned after its first depth, or no objective at all
                 mu, sigma = (d or 0.0), 0.04
                 why = f"{last.verdict} at an earlier incumbent"
             else:
