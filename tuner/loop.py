@@ -26,7 +26,7 @@ from .arm_runner import ArmRunner
 from .compare import Side, compare, look_alpha
 from .guard import Guard
 from .journal import Journal, decode_value, repair_tail
-from .search import Proposal, apply, encode_value, propose
+from .search import Proposal, apply, by_constraint, encode_value, propose
 from .state import State, replay
 from .verdict import Score
 
@@ -97,7 +97,8 @@ class CampaignLoop:
         st = replay(self.journal.records, self.camp.baseline)
         for a in st.finished():       # a confirmed win whose promotion the crash cut off
             c = (a.end or {}).get("compare")
-            won = c["verdict"] == "better" and c["boots"][0] >= 2 if c else a.kind == "confirm" and a.verdict == "better"
+            won = c["verdict"] == "better" and c["boots"][0] >= 2 if c else \
+                (a.kind == "confirm" and a.verdict == "better") or (a.kind == "probe" and by_constraint(a.end))
             if a.change and won and a.incumbent == st.incumbent.key():
                 self._promote(st, a.n)
                 st = replay(self.journal.records, self.camp.baseline)
@@ -316,7 +317,8 @@ class CampaignLoop:
                                 samples=[rec["score"]["objective"]], change=None, previous=st.incumbent.key(),
                                 confirmed_arms=[n])
         if (cmp is not None and cmp.verdict == "better" and cmp.boots[0] >= 2) or \
-                (cmp is None and p.kind == "confirm" and rec.get("verdict") == "better"):
+                (cmp is None and p.kind == "confirm" and rec.get("verdict") == "better") or \
+                (cmp is None and p.kind == "probe" and by_constraint(rec)):
             self._promote(replay(self.journal.records, self.camp.baseline), n)
             crashpoint("incumbent", n)
         self._tell(trial, rec)

@@ -143,7 +143,7 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
             earlier = [k for k in cmp if k[1] == name and k[2] == vt]
             if earlier:
                 c = cmp[earlier[-1]]
-                mu, sigma = c["effect"], math.hypot(c["se"], CARRY_SIGMA + 0.1 * drift_since(state, c.get("arm")))
+                mu, sigma = c["effect"], math.hypot(c["se"], CARRY_SIGMA + 0.25 * drift_since(state, c.get("arm")))
                 why = f"{c['verdict']} at an earlier incumbent ({c['effect']:+.1%})"
             elif past and boot_classes & MEMORY:
                 moved = [m for m in state.moves if m.get("arm", -1) > past[-1].n and m.get("change")
@@ -185,11 +185,21 @@ def reexamine(state: State, levers: dict[str, Lever], cap: int) -> tuple[str, ob
     return best[1:] if best else None
 
 
+def by_constraint(end: dict | None) -> bool:
+    """A verdict the constraints decided (from the boot report's memory arithmetic, which a second
+    boot repeats exactly): no objective difference was measured."""
+    end = end or {}
+    return end.get("delta") is None and end.get("verdict") == "better" and "constraint" in str(end.get("reason", "")) \
+        or "meets the constraints" in str(end.get("reason", ""))
+
+
 def _pending_confirm(state: State, done) -> Proposal | None:
     inc = state.incumbent.key()
     for a in reversed(done):
         if a.verdict == "interrupted" or a.kind in ("recheck", "start"):
             continue              # a crash cut the confirmation short: confirm again
+        if a.kind in ("probe", "confirm") and a.verdict == "better" and a.incumbent == inc and by_constraint(a.end):
+            break                 # promoted at once (resume: loop._start)
         if a.kind in ("probe", "confirm") and a.verdict == "better" and a.incumbent == inc:
             c = next((r["comparison"] for r in reversed(state.comparisons) if r.get("arm") == a.n), None)
             if a.kind == "probe" or (c is not None and c["boots"][0] < 2):
