@@ -46,7 +46,7 @@ SECTION_KEYS = {
     "telemetry": {"prefetch_on", "prefetch_off", "stop_hang_s_with_stack"},
     "concurrency": {"batch_efficiency"},
 }
-RULE_KEYS = {"when", "fail", "hang", "corrupt", "boot_extra_s", "name", "note"}
+RULE_KEYS = {"when", "fail", "hang", "corrupt", "boot_extra_s", "noise_sigma", "name", "note"}
 FAIL_KINDS = {"constraint-violation", "mamba-blocks", "engine-init", "unsupported", "oom"}
 
 
@@ -211,6 +211,9 @@ def _validate(land: Landscape, known_flags: set[str]) -> None:
         fail = rule.get("fail")
         if fail is not None and (not isinstance(fail, dict) or fail.get("kind") not in FAIL_KINDS):
             raise _err(land, f"{key}.fail", f"'fail' needs kind: one of {', '.join(sorted(FAIL_KINDS))}")
+        ns = rule.get("noise_sigma")
+        if ns is not None and (isinstance(ns, bool) or not isinstance(ns, (int, float)) or ns < 0):
+            raise _err(land, f"{key}.noise_sigma", f"a relative sigma >= 0 (e.g. 0.06), not {ns!r}")
     for i, flag in enumerate(d.get("ignored_flags", [])):
         _check_lever(land, f"ignored_flags[{i}]", str(flag), known_flags)
     for lever in (d.get("prefill", {}).get("effects") or {}):

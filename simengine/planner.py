@@ -308,6 +308,9 @@ def build_behaviour(land: Landscape, values: dict, plan: Plan, *, model: str, tp
                     noise_sigma: float, time_scale: float, noise_seed: int = 0) -> Behaviour:
     rules = matching_rules(land, values)
     corrupt = None
+    for r in rules:               # a noisier shape: the widest matching rule's sigma replaces the default
+        if r.get("noise_sigma") is not None:
+            noise_sigma = max(noise_sigma, float(r["noise_sigma"]))
     for r in rules:
         if r.get("corrupt") is not None:
             c = r["corrupt"] or {}

@@ -2,7 +2,7 @@
 
 ``simulated_night`` runs ``tuner run --simulated`` (CampaignLoop + ArmRunner on SimHost: the
 simulated engine booted in-process, in virtual time, no podman) on examples/sim-campaign.yaml
-with telemetry on, three constraints and 40 arms: incumbent moves, parity, worse and pruned
+with telemetry on, three constraints and 56 arms: incumbent moves, parity, worse and pruned
 arms, re-checks, every boot-failure class of the landscape, a corrupt arm, telemetry windows.
 It runs once per test session (a few seconds); tests that change a journal copy the folder.
 """
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 _made: dict[str, Path] = {}
 
 
-def simulated_night(root: Path, arms: int = 40) -> Path:
+def simulated_night(root: Path, arms: int = 56) -> Path:
     key = f"{root}:{arms}"
     if key in _made:
         return _made[key]

@@ -95,6 +95,31 @@ def test_joint_mode_lets_optuna_pick_whole_shapes(tmp_path):
     assert len(joint) == len(starts) - 1 and set(joint[0].params) == set(LEVERS)
 
 
+def test_a_lever_whose_noise_never_settles_ends_undecided_and_the_report_lists_it(tmp_path):
+    """Bad input: HSA_ENABLE_SDMA=0 has no effect and 40 % request noise (small-gather.yaml).
+    Judged by its own spread it stays undecided however lucky a boot is, is never promoted, the
+    night goes on; the report's "How sure" names it with its spread."""
+    from tuner.report import build_report
+    from tuner.report_render import markdown as render_markdown
+
+    land = REPO / "simengine" / "landscapes" / "small-gather.yaml"
+    path = campaign(tmp_path, "unsettled", noise={"error_rate": 0.05})
+    raw = yaml.safe_load(path.read_text())
+    raw["levers"] = {"env.HSA_ENABLE_SDMA": ["absent", 0], "max-num-batched-tokens": [1024, 2048]}
+    path.write_text(yaml.safe_dump(raw))
+    summary, recs, _ = night(path, seed=4, landscape=land, max_arms=12)
+    moves = [r for r in recs if r["op"] == "incumbent"]
+    assert not any(m["change"][0] == "env.HSA_ENABLE_SDMA" for m in moves)
+    sdma = [r["comparison"] for r in recs if r["op"] == "compare" and (r.get("change") or [""])[0] == "env.HSA_ENABLE_SDMA"]
+    assert sdma and sdma[-1]["verdict"] == "undecided" and sdma[-1]["sigma"][0] > 0.2
+    assert sum(1 for r in recs if r["op"] == "arm_start" and (r.get("change") or [""])[0] == "env.HSA_ENABLE_SDMA") >= 2
+    md = render_markdown(build_report(tmp_path / "journal" / "unsettled"))
+    assert "## How sure" in md and "Undecided" in md and "env.HSA_ENABLE_SDMA" in md.split("## How sure")[1]
+    for m in moves:                                           # every move shows its runs, interval and error rate
+        c = m["comparison"]
+        assert f"{c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}]" in md
+
+
 def test_gpu_memory_taken_by_another_process_is_named():
     from host.probes import gpu_holders
 
@@ -169,5 +194,7 @@ def test_the_one_night_example_reaches_shape_e_in_simulated_time(tmp_path):
     assert (env["R4D_LRU_GATHER_CHUNKS"], env["R4D_LRU_GATHER_LANES"]) == ("32", "64")
     boot = next(r for r in recs if r["op"] == "arm_end" and r["arm"] == final["arm"])["boot"]["report"]
     assert boot["max_concurrency"] >= 1.99 and boot["max_concurrency_len"] == 200704
-    assert summary.incumbent_objective > 26.2 * 1.5 and host.now() < 10 * 3600
+    assert summary.incumbent_objective > 26.2 * 1.5
+    moved_at = sum(r.get("arm_s") or 0 for r in recs if r["op"] == "arm_end" and r["arm"] <= final["arm"])
+    assert moved_at < 8 * 3600                                # E well inside the budget; the rest is spent checking
     assert not any(r.get("verdict") == "corrupt" for r in recs if r["op"] == "incumbent")

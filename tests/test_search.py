@@ -77,7 +77,7 @@ def test_structural_failures_are_never_repeated_memory_ones_only_at_a_new_incumb
     assert ("max-num-seqs", 2) not in cands
     assert cands[("env.R4D_LRU_GATHER_CHUNKS", 32)] == "memory failure at an earlier incumbent"
     first = candidates(j.state(), LEVERS)[0]
-    assert first[3] == "untried"
+    assert first[3].startswith("untried")
 
 
 def test_recheck_every_k_arms(tmp_path):

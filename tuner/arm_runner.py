@@ -7,6 +7,7 @@ import json
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from arms import quality
 from arms.boot import BootLimits, boot_arm
@@ -14,7 +15,7 @@ from arms.host import Host
 from arms.headroom import headroom_from
 from arms.lifecycle import crashpoint
 from arms.telemetry import apply_telemetry, expected_ranks, slab_bytes_from_plan, telemetry_window
-from arms.measure import Measurement, MeasurePlan, measure_engine
+from arms.measure import DepthResult, Measurement, MeasurePlan, measure_engine
 from arms.profiles import EngineProfile
 from arms.prompts import api_from_profile
 from arms.secrets import Sealer
@@ -23,6 +24,14 @@ from arms.shape import Shape
 from .verdict import Constraints, NoiseBand, Objective, Score, judge, objective_sigma
 
 log = logging.getLogger("tuner.arm")
+
+
+def _extend(m: Measurement, more: Measurement) -> Measurement:
+    """``m`` with ``more``'s runs appended depth by depth (more runs in the same boot)."""
+    depths = {d: DepthResult.of(d, r.runs + (more.depths[d].runs if d in more.depths else [])) if r.runs else r
+              for d, r in m.depths.items()}
+    return replace(m, depths=depths, outcome="invalid" if more.outcome == "invalid" else m.outcome,
+                   reason=m.reason or more.reason, wall_s=(m.wall_s or 0) + (more.wall_s or 0))
 
 
 def _merge(first: Measurement, rest: Measurement) -> Measurement:
@@ -66,7 +75,10 @@ class ArmRunner:
 
     def run(self, n: int, shape: Shape, *, kind: str, change: tuple | None, numerics: str,
             incumbent: Score | None, incumbent_depths: dict | None, band: NoiseBand,
-            reference_arm: int | None, folder: Path | None = None) -> dict:
+            reference_arm: int | None, folder: Path | None = None,
+            extend: Callable[[dict], int] | None = None) -> dict:
+        """``extend``: asked after the measurement, while the engine is up, how many more runs per
+        depth to measure in this boot (0: none); asked again after each extension."""
         folder = folder or self.arm_folder(n)
         changes = {change[0]: change[1]} if change else {}
         t0 = self.host.now()
@@ -94,6 +106,12 @@ class ArmRunner:
                 m = first if (pruned or len(plan.depths) == 1) else _merge(
                     first, measure_engine(b.base_url, replace(plan, depths=plan.depths[1:], warm_tokens=0), self.api,
                                           http=http, clock=self.host.now))
+                while extend is not None and not pruned and m.outcome == "measured":
+                    k = extend(m.to_dict())
+                    if k <= 0:
+                        break
+                    m = _extend(m, measure_engine(b.base_url, replace(plan, runs=k, warm_tokens=0), self.api,
+                                                  http=http, clock=self.host.now))
                 rec["measure_s"] = round(self.host.now() - t_measure, 3)
                 if self.telemetry and not pruned and m.outcome == "measured":
                     rec["telemetry"] = self._telemetry(b, http, boot, shape, m, folder)

@@ -186,7 +186,7 @@ def _production(path: Path, raw: dict):
     return Production.from_mapping(raw.get("production"), str(path))
 
 
-NOISE_KEYS = {"recheck_every", "min_effect", "confirm", "prune_below"}
+NOISE_KEYS = {"recheck_every", "min_effect", "confirm", "prune_below", "error_rate"}
 MODES = ("one-change", "joint")
 BUDGET_KEYS = {"until", "hours", "max_arms"}
 

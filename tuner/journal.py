@@ -41,7 +41,8 @@ def decode_value(v):
     return ABSENT if v == ABSENT_JSON else v
 
 
-OPS = ("campaign_start", "arm_start", "arm_end", "told", "incumbent", "guard", "campaign_end", "note", "promotion")
+OPS = ("campaign_start", "arm_start", "arm_end", "told", "incumbent", "guard", "campaign_end", "note", "promotion",
+       "compare")   # compare: a challenger vs the incumbent (tuner/compare.py)
 
 
 QUARANTINE_SUFFIX = ".quarantine.jsonl"

@@ -23,9 +23,10 @@ from arms.profiles import EngineProfile
 from arms.secrets import Sealer
 
 from .arm_runner import ArmRunner
+from .compare import Side, compare, look_alpha
 from .guard import Guard
 from .journal import Journal, decode_value, refuse_orphaned
-from .search import Proposal, apply, encode_value, propose
+from .search import Proposal, apply, by_constraint, encode_value, propose
 from .state import Replay, State
 from .study import open_study, sync_study, trial_attr
 from .verdict import Score
@@ -95,7 +96,10 @@ class CampaignLoop:
             log.warning("[arm %s VERDICT interrupted] resumed after a crash", a.n)
         st = self._replay()
         for a in st.finished():       # a confirmed win whose promotion the crash cut off
-            if a.kind == "confirm" and a.verdict == "better" and a.incumbent == st.incumbent.key():
+            c = (a.end or {}).get("compare")
+            won = c["verdict"] == "better" and c["boots"][0] >= 2 if c else \
+                (a.kind == "confirm" and a.verdict == "better") or (a.kind == "probe" and by_constraint(a.end))
+            if a.change and won and a.incumbent == st.incumbent.key():
                 self._promote(st, a.n)
                 st = self._replay()
         self._reconcile_optuna(st)
@@ -164,6 +168,7 @@ class CampaignLoop:
                 p = propose(st, self.camp.levers, recheck_every=self.camp.search.recheck_every,
                             confirm=self.camp.search.confirm)
             if p is None:
+                reason = self._converged(st)
                 break
             self._run_one(st, p)
             arms_run += 1
@@ -176,6 +181,60 @@ class CampaignLoop:
         log.info("[campaign END] %s after %d arms%s", reason, len(st.arms), f" — {verdict}" if verdict else "")
         return Summary(reason, len(st.arms), st.incumbent.key(), (st.incumbent_score or Score(True, 0, None)).objective,
                        len(st.moves), verdict)
+
+    # -- sequential comparisons (tuner/compare.py) -------------------------------------------
+    @property
+    def error_rate(self) -> float:
+        return float((self.camp.raw.get("noise") or {}).get("error_rate", 0.05))
+
+    def _planned_looks(self) -> int:
+        return 3 * sum(max(1, len(lv.values) - 1) for lv in self.camp.levers.values())
+
+    def _depth(self) -> int | None:
+        obj = self.camp.search.objective
+        return obj.depth if obj.kind == "decode" else None
+
+    def _comparable(self) -> bool:
+        return self.camp.search.objective.kind in ("decode", "decode_geomean")
+
+    def _compare(self, st: State, shape, extra: dict | None, against=None):
+        """The comparison of ``shape`` (its boots so far, plus ``extra``) against the incumbent
+        (or ``against``), at the next promotion look's error rate."""
+        ref = st.incumbent if against is None else against
+        side_c = Side.of(st.measurements_of(shape) + ([extra] if extra else []), self._depth())
+        side_i = Side.of(st.measurements_of(ref), self._depth())
+        k = sum(1 for r in st.comparisons if r.get("change")) + 1
+        return compare(side_c, side_i, alpha=look_alpha(self.error_rate, k, self._planned_looks()),
+                       min_effect=self.camp.search.min_effect), k
+
+    def _extender(self, st: State, p: Proposal, shape):
+        """How many more runs per depth this boot measures: the incumbent and the starting shape
+        to twice the plan's runs; a challenger while its comparison is undecided, up to 4x."""
+        runs = self.camp.measure.runs
+        if p.kind == "joint" or not self._comparable():
+            return None
+
+        def more(m: dict) -> int:
+            depths = [d for d in (m.get("depths") or {}).values() if d.get("runs")]
+            have = min((len(d["runs"]) for d in depths), default=0)
+            if p.kind in ("baseline", "recheck", "start"):
+                return runs if have < 2 * runs else 0
+            if have >= 4 * runs or st.incumbent_arm is None:
+                return 0
+            c, _ = self._compare(st, shape, m)
+            return runs if c is not None and c.verdict == "undecided" else 0
+        return more
+
+    def _converged(self, st: State) -> str:
+        cmp = {}
+        for r in st.comparisons:
+            if r.get("change") and r["incumbent"] == st.incumbent.key():
+                cmp[tuple(json.dumps(x, sort_keys=True) for x in r["change"])] = r["comparison"]
+        undecided = sum(1 for c in cmp.values() if c["verdict"] == "undecided")
+        if undecided:
+            return (f"converged: {undecided} challenger(s) still undecided at their boot cap, every other "
+                    f"one decided at error rate {self.error_rate:g}")
+        return f"converged: every challenger decided at error rate {self.error_rate:g}"
 
     def _verdict(self, st: State) -> str | None:
         """``no shape satisfies …`` when the campaign has constraints and its incumbent still breaks
@@ -205,7 +264,7 @@ class CampaignLoop:
 
     def _run_one(self, st: State, p: Proposal) -> None:
         n = st.next_n
-        shape = apply(st.incumbent, p.change)
+        shape = self.camp.baseline if p.kind == "start" else apply(st.incumbent, p.change)
         if p.kind == "joint":
             trial, shape = self._ask_joint()
         else:
@@ -223,23 +282,46 @@ class CampaignLoop:
             numerics = "changing"
         inc_depths = self._incumbent_depths(st)
         band = st.band
-        inc_score = self._incumbent_score(st)
+        inc_score = None if p.kind == "start" else self._incumbent_score(st)
         try:
             rec = self.runner.run(n, shape, kind=p.kind, change=p.change, numerics=numerics, incumbent=inc_score,
-                                  incumbent_depths=inc_depths, band=band, reference_arm=st.incumbent_arm)
+                                  incumbent_depths=inc_depths, band=band, reference_arm=st.incumbent_arm,
+                                  extend=self._extender(st, p, shape))
         except (KeyboardInterrupt, SystemExit):
             self.journal.append("arm_end", arm=n, kind=p.kind, verdict="interrupted", reason="signal")
             self._tell(trial, {"verdict": "interrupted"})
             self.journal.append("told", arm=n, trial=trial)
             self.journal.append("campaign_end", reason="interrupted by a signal", arms=n + 1)
             raise
+        cmp = None
+        if p.change and p.kind != "joint" and rec.get("delta") is not None and self._comparable() \
+                and rec.get("verdict") in ("better", "parity", "worse") and "pruned" not in str(rec.get("reason", "")):
+            cmp, look = self._compare(st, shape, rec.get("measurement"))
+            if cmp is not None:
+                rec["verdict"], rec["delta"], rec["compare"] = cmp.verdict, cmp.effect, cmp.to_dict()
+                rec["threshold"] = cmp.effect - cmp.lo
         self.journal.append("arm_end", **{k: v for k, v in rec.items() if k != "arm"}, arm=n)
+        if cmp is not None:
+            self.journal.append("compare", arm=n, incumbent=st.incumbent.key(), look=look,
+                                change=[p.change[0], encode_value(p.change[1])], comparison=cmp.to_dict())
+            log.info("[arm %d COMPARE %s] %s -> %s: %s, runs %d vs %d, boots %d vs %d, error rate %.2g", n, cmp.verdict,
+                     p.change[0], _fmt(p.change[1]), cmp.interval_text(), *cmp.runs, *cmp.boots, cmp.alpha)
+        elif self._comparable() and (p.kind == "start" or p.kind == "recheck" and any(
+                a.kind == "start" and a.incumbent == st.incumbent.key() for a in st.finished())):
+            st2 = self._replay()
+            h2h, _ = self._compare(st2, st2.incumbent, None, against=self.camp.baseline)
+            if h2h is not None:
+                self.journal.append("compare", arm=n, incumbent=st.incumbent.key(), change=None, kind="head-to-head",
+                                    comparison=h2h.to_dict())
+                log.info("[arm %d HEAD-TO-HEAD] incumbent vs the starting shape: %s", n, h2h.interval_text())
         crashpoint("ended", n)
         if p.kind == "joint" and rec.get("verdict") == "better":       # joint mode: the best so far, no confirmation
             self.journal.append("incumbent", arm=n, shape=shape.to_dict(), identity=shape.key(), score=rec["score"],
                                 samples=[rec["score"]["objective"]], change=None, previous=st.incumbent.key(),
                                 confirmed_arms=[n])
-        if p.kind == "confirm" and rec.get("verdict") == "better":
+        if (cmp is not None and cmp.verdict == "better" and cmp.boots[0] >= 2) or \
+                (cmp is None and p.kind == "confirm" and rec.get("verdict") == "better") or \
+                (cmp is None and p.kind == "probe" and by_constraint(rec)):
             self._promote(self._replay(), n)
             crashpoint("incumbent", n)
         self._tell(trial, rec)
@@ -251,17 +333,17 @@ class CampaignLoop:
         if any(m.get("arm") == n for m in st.moves):
             return
         arm = st.arms[n]
-        probe = max((a for a in st.finished() if a.kind == "probe" and a.change == arm.change and a.n < n),
-                    key=lambda a: a.n)
-        samples = [x for x in ((probe.end or {}).get("score", {}).get("objective"),
-                               (arm.end or {}).get("score", {}).get("objective")) if x is not None]
+        same = [a for a in st.finished() if a.shape == arm.shape and a.n <= n and a.verdict != "corrupt"
+                and (a.end or {}).get("score")]
+        samples = [a.end["score"]["objective"] for a in same if a.end["score"].get("objective") is not None]
+        extra = {"comparison": arm.end["compare"]} if (arm.end or {}).get("compare") else {}
         self.journal.append("incumbent", arm=n, shape=arm.shape.to_dict(), identity=arm.key, score=arm.end["score"],
                             samples=samples,
                             change=[arm.change[0], encode_value(arm.change[1])], previous=arm.incumbent,
                             previous_value=encode_value(st.incumbent.value_of(arm.change[0])),
-                            confirmed_arms=[probe.n, n])
-        log.info("[arm %d INCUMBENT] %s -> %s confirmed by arms %d and %d", n, arm.change[0], _fmt(arm.change[1]),
-                 probe.n, n)
+                            confirmed_arms=[a.n for a in same], **extra)
+        log.info("[arm %d INCUMBENT] %s -> %s confirmed by arms %s", n, arm.change[0], _fmt(arm.change[1]),
+                 ", ".join(str(a.n) for a in same))
 
     def _incumbent_score(self, st: State) -> Score | None:
         sc = st.incumbent_score

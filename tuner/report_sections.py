@@ -293,6 +293,44 @@ def constraints(b, df: pd.DataFrame) -> Section:
     return s.add("ul", items)
 
 
+def _cmp_row(c: dict) -> list[str]:
+    return [f"{c['runs'][0]:,} runs / {c['boots'][0]} boot(s)", f"{c['runs'][1]:,} runs / {c['boots'][1]} boot(s)",
+            f"{c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}]", f"{c['alpha']:.2g}"]
+
+
+def decisions(b, df: pd.DataFrame) -> Section:
+    """What each promotion rested on (the journaled comparisons), the closing head-to-head
+    against the starting shape, and the challengers the night could not decide."""
+    s = Section("How sure")
+    cols = ["runs, challenger", "runs, incumbent", "difference [interval]", "error rate"]
+    moves = [r for r in b.records if r["op"] == "incumbent" and r.get("comparison")]
+    if moves:
+        rows = [[f"arm {r['arm']}", f"{r['change'][0]} → {change_value_text(r['change'][1])}", *_cmp_row(r["comparison"])]
+                for r in moves]
+        s.add("table", pd.DataFrame(rows, columns=["move", "change", *cols]))
+    h2h = [r for r in b.records if r["op"] == "compare" and r.get("kind") == "head-to-head"]
+    if h2h:
+        c = h2h[-1]["comparison"]
+        s.add("p", f"Final head-to-head, the incumbent against the starting shape: {c['effect']:+.1%} "
+                   f"[{c['lo']:+.1%}, {c['hi']:+.1%}] over {c['runs'][0]:,} vs {c['runs'][1]:,} runs "
+                   f"({c['boots'][0]} vs {c['boots'][1]} boots).")
+    last: dict = {}
+    inc = b.st.incumbent.key()
+    for r in b.records:
+        if r["op"] == "compare" and r.get("change") and r["incumbent"] == inc:
+            last[(r["change"][0], change_value_text(r["change"][1]))] = r["comparison"]
+    und = [(k, c) for k, c in last.items() if c["verdict"] == "undecided"]
+    if und:
+        s.add("p", "Undecided (never promoted; their measurements did not settle):")
+        s.add("ul", [f"{k[0]} → {k[1]}: {c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}], spread of one run "
+                     f"{(c['sigma'][0] or 0):.1%} vs the incumbent's {(c['sigma'][1] or 0):.1%}, "
+                     f"{c['boots'][0]} boot(s)" for k, c in und])
+    end = next((r for r in reversed(b.records) if r["op"] == "campaign_end"), None)
+    if end and end.get("reason"):
+        s.add("p", f"The night ended: {end['reason']}.")
+    return s
+
+
 def plots(b) -> Section:
     s = Section("Plots")
     s.add("img", ("decode_vs_depth", "decode tok/s against depth: the incumbents and the best arms"))
@@ -303,5 +341,5 @@ def plots(b) -> Section:
 
 def sections(b, df: pd.DataFrame, series: list[dict]) -> list[Section]:
     return [headline(b, df, series), arm_table(b, df), memory(b, df), failures(b, df), quality(b, df),
-            telemetry(b, df), constraints(b, df), plots(b)]
+            telemetry(b, df), constraints(b, df), decisions(b, df), plots(b)]
 

@@ -1,26 +1,53 @@
 """Which arm next: a pure policy over the replayed state (no I/O, no clock).
 
-One-change mode walks the incumbent's neighbourhood: confirm a `better` arm before anything
-else, re-measure the incumbent every K arms, then try changes in order of promise — changes that
-won at an earlier incumbent first (they are re-judged against the new one), then untried
-changes, then ones that were at parity, then memory failures of an older incumbent, then
-losers. A change that failed structurally (constraint violation, bad argument, corrupt, a
-dropped flag, ...) is never repeated; a memory failure is not repeated at the same incumbent.
+One-change mode walks the incumbent's neighbourhood. Before anything else: measure the start
+(twice: the second boot is the first boot-to-boot evidence), give a challenger the comparison
+called ``better`` on one boot its second boot, and re-measure the incumbent every K arms. Then
+the next challenger is the one-change neighbour of highest *expected gain*, E[max(0, X)] for
+X ~ N(mu, sigma^2), where mu and sigma come from
+  - the sequential comparison at this incumbent, when it is still undecided (another boot);
+  - the comparison at an earlier incumbent, carried over (effects are mostly additive; sigma is
+    widened for interactions);
+  - for an untried change, a prior raised by the engine's own evidence (a constraint the
+    incumbent misses points at the capacity levers, a low prefetch precision at prefetch, a low
+    spec acceptance at spec depth) and by adjacency (the lever whose value just won),
+so the order the operator listed the levers in only breaks exact ties.
+A change that failed structurally (constraint violation, bad argument, corrupt, a dropped flag,
+...) is never repeated; a memory failure is not repeated at the same incumbent.
+
+When every challenger is decided, the night is spent, not abandoned: the decided ones whose
+interval still reaches above zero (weakest evidence first) get another boot, then the final
+incumbent meets the starting shape head to head, then the undecided ones get more boots. Only
+when all of that is done (or no boot can change anything) does the search end.
 Joint mode (for comparison) lets Optuna's sampler pick whole shapes.
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from arms.shape import Lever, Shape, format_value
 
 from .journal import decode_value, encode_value  # noqa: F401 - encode_value is this module's API too
 from .state import MEMORY, STRUCTURAL, State
 
+_N = NormalDist()
+BOOTS_CAP = 3            # boots of one challenger at one incumbent before it is called undecided
+REEXAMINE_CAP = 5        # ... while the night re-examines weak evidence
+HEAD_TO_HEAD = 3         # boots of the starting shape in the closing head-to-head
+PRIOR_SIGMA = 0.05       # an untried change: mean 0, this sigma
+CARRY_SIGMA = 0.02       # added (in quadrature) to a carried estimate: the effect may interact
+CAPACITY = re.compile(r"(max-model-len|kv-cache|max-num-seqs|gpu-memory-utilization|precise-memory|ctx-size|"
+                      r"cache-type|parallel|n-cpu-moe|n-gpu-layers)")
+PREFETCH = re.compile(r"prefetch", re.I)
+SPEC = re.compile(r"(speculative|draft|num_speculative_tokens)", re.I)
+
 
 @dataclass(frozen=True)
 class Proposal:
-    kind: str                               # baseline | probe | confirm | recheck
+    kind: str                               # baseline | probe | confirm | recheck | start
     change: tuple[str, object] | None = None
     why: str = ""
 
@@ -29,12 +56,63 @@ def _value_text(v) -> str:
     return format_value(v)
 
 
+def expected_gain(mu: float, sigma: float) -> float:
+    if sigma <= 0:
+        return max(mu, 0.0)
+    z = mu / sigma
+    return mu * _N.cdf(z) + sigma * _N.pdf(z)
+
+
+def latest_comparisons(state: State) -> dict[tuple[str, str, str], dict]:
+    """(incumbent key, lever, value text) -> the latest comparison of that challenger there."""
+    out = {}
+    for r in state.comparisons:
+        ch = r.get("change")
+        if ch:
+            out[(r["incumbent"], ch[0], _value_text(decode_value(ch[1])))] = {**r["comparison"], "arm": r.get("arm")}
+    return out
+
+
+def drift_since(state: State, arm: int | None) -> float:
+    """How far the incumbent moved since arm ``arm``: the sum of |log effect| of the moves after it
+    (a move decided by the constraints counts 0.05). A carried estimate is trusted less the
+    further the incumbent has moved (a +47 % move changes which neighbours pay)."""
+    out = 0.0
+    for m in state.moves:
+        if arm is None or m.get("arm", -1) > arm:
+            eff = (m.get("comparison") or {}).get("effect")
+            out += abs(math.log1p(eff)) if eff is not None and eff > -1 else 0.05
+    return out
+
+
+def evidence(state: State, name: str) -> tuple[float, str]:
+    """A prior mean for an untried change of lever ``name`` from the engine's own evidence."""
+    inc = state.arms.get(state.incumbent_arm) if state.incumbent_arm is not None else None
+    end = (inc.end or {}) if inc else {}
+    sc = state.incumbent_score
+    if sc is not None and not sc.feasible and CAPACITY.search(name):
+        return 0.05, "the incumbent misses a constraint: a capacity lever"
+    tel = end.get("telemetry") or {}
+    prec = (tel.get("report") or tel).get("prefetch_precision") if isinstance(tel, dict) else None
+    if prec is not None and prec < 0.5 and PREFETCH.search(name):
+        return 0.05, f"prefetch precision {prec:.0%}"
+    acc = (end.get("measurement") or {}).get("acceptance")
+    if acc is not None and acc < 0.5 and SPEC.search(name):
+        return 0.02, f"spec acceptance {acc:.0%}"
+    last = state.moves[-1] if state.moves else None
+    if last and last.get("change") and last["change"][0] == name:
+        return 0.02, "its neighbour value just won"
+    return 0.0, ""
+
+
 def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str, object, str]]:
-    """(priority, lever, value, why) of every one-change neighbour still worth an arm."""
+    """(-expected gain, lever, value, why) of every one-change neighbour still worth an arm now,
+    best first."""
     inc = state.incumbent
+    inc_key = inc.key()
     here = state.tried_here()
     hist = state.history()
-    # undoing a confirmed move is known to lose: the confirmation measured exactly that pair
+    cmp = latest_comparisons(state)
     undo = {(m["change"][0], _value_text(decode_value(m["previous_value"]))) for m in state.moves
             if m.get("change") and "previous_value" in m}
     out = []
@@ -46,68 +124,126 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
             vt = _value_text(value)
             if vt == current or (name, vt) in undo:
                 continue
-            if (name, vt) in here:
-                tries = here[(name, vt)]
-                last = tries[-1].end or {}
-                if len(tries) == 1 and last.get("verdict") == "parity" and \
-                        (last.get("delta") or 0) >= 0.5 * (last.get("threshold") or 1):
-                    out.append((2.9 + order / 1000, name, value,
-                                f"parity leaning better ({_pct(last.get('delta'))}): a second look"))
-                continue
             past = hist.get((name, vt), [])
             outcomes = [a.verdict or "" for a in past]
             boot_classes = {v.split(":", 1)[1] for v in outcomes if v.startswith("boot-failed:")}
             if any(v == "corrupt" for v in outcomes) or boot_classes & STRUCTURAL:
                 continue                                       # structural: never again
-            if not past:
-                out.append((1.0 + order / 1000, name, value, "untried"))
+            tries = here.get((name, vt), [])
+            c = cmp.get((inc_key, name, vt))
+            tie = order / 1e6
+            if tries:
+                last = tries[-1]
+                if c is None or c.get("verdict") != "undecided" or c["boots"][0] >= BOOTS_CAP:
+                    continue                    # decided here (or a failure here): re-examined later
+                mu, se = c["effect"], c["se"]
+                out.append((-expected_gain(mu, se) + tie, name, value,
+                            f"undecided {c['effect']:+.1%} ± {se:.1%} after {c['boots'][0]} boot(s): another boot"))
                 continue
-            last = past[-1]
-            delta = (last.end or {}).get("delta")
-            if last.verdict == "better":
-                out.append((0.0 - (delta or 0), name, value, f"won at an earlier incumbent ({_pct(delta)})"))
-            elif last.verdict == "parity":
-                out.append((2.0 + order / 1000, name, value, "parity at an earlier incumbent"))
-            elif boot_classes & MEMORY:
-                out.append((2.5 + order / 1000, name, value, "memory failure at an earlier incumbent"))
-            elif last.verdict == "worse":
-                out.append((3.0 - (delta or 0) / 10, name, value, f"lost at an earlier incumbent ({_pct(delta)})"))
+            earlier = [k for k in cmp if k[1] == name and k[2] == vt]
+            if earlier:
+                c = cmp[earlier[-1]]
+                mu, sigma = c["effect"], math.hypot(c["se"], CARRY_SIGMA + 0.25 * drift_since(state, c.get("arm")))
+                why = f"{c['verdict']} at an earlier incumbent ({c['effect']:+.1%})"
+            elif past and boot_classes & MEMORY:
+                moved = [m for m in state.moves if m.get("arm", -1) > past[-1].n and m.get("change")
+                         and CAPACITY.search(m["change"][0])]
+                if moved:                       # the memory plan changed since: as good as untried
+                    mu, why_e = evidence(state, name)
+                    sigma, why = PRIOR_SIGMA, f"memory failure before {moved[-1]['change'][0]} moved" + \
+                        (f" ({why_e})" if why_e else "")
+                else:
+                    mu, sigma, why = -0.02, 0.02, "memory failure at an earlier incumbent"
+            elif past:
+                last = past[-1]
+                d = (last.end or {}).get("delta")
+                if d is None and last.verdict == "worse":
+                    d = -0.3                    # pruned after its first depth, or no objective at all
+                mu, sigma = (d or 0.0), 0.04
+                why = f"{last.verdict} at an earlier incumbent"
             else:
-                out.append((2.8 + order / 1000, name, value, f"{last.verdict} at an earlier incumbent"))
+                mu, why_e = evidence(state, name)
+                sigma, why = PRIOR_SIGMA, "untried" + (f" ({why_e})" if why_e else "")
+            out.append((-expected_gain(mu, sigma) + tie, name, value, why))
     out.sort(key=lambda c: c[0])
     return out
 
 
-def _pct(x) -> str:
-    return "n/a" if x is None else f"{x:+.1%}"
+def reexamine(state: State, levers: dict[str, Lever], cap: int) -> tuple[str, object, str] | None:
+    """The decided or undecided challenger at this incumbent whose interval reaches highest above
+    zero (the weakest evidence against a gain), while it has fewer than ``cap`` boots."""
+    inc_key = state.incumbent.key()
+    best = None
+    for (k, name, vt), c in latest_comparisons(state).items():
+        if k != inc_key or name not in levers or c["boots"][0] >= cap or c["hi"] <= 0:
+            continue
+        value = next((v for v in levers[name].values if _value_text(v) == vt), None)
+        if value is None or (best and best[0] >= c["hi"]):
+            continue
+        best = (c["hi"], name, value, f"re-examine: {c['verdict']} {c['effect']:+.1%}, upper bound {c['hi']:+.1%} "
+                                      f"after {c['boots'][0]} boot(s)")
+    return best[1:] if best else None
 
 
-def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, confirm: bool = True) -> Proposal | None:
+def by_constraint(end: dict | None) -> bool:
+    """A verdict the constraints decided (from the boot report's memory arithmetic, which a second
+    boot repeats exactly): no objective difference was measured."""
+    end = end or {}
+    return end.get("delta") is None and end.get("verdict") == "better" and "constraint" in str(end.get("reason", "")) \
+        or "meets the constraints" in str(end.get("reason", ""))
+
+
+def _pending_confirm(state: State, done) -> Proposal | None:
+    inc = state.incumbent.key()
+    for a in reversed(done):
+        if a.verdict == "interrupted" or a.kind in ("recheck", "start"):
+            continue              # a crash cut the confirmation short: confirm again
+        if a.kind in ("probe", "confirm") and a.verdict == "better" and a.incumbent == inc and by_constraint(a.end):
+            break                 # promoted at once (resume: loop._start)
+        if a.kind in ("probe", "confirm") and a.verdict == "better" and a.incumbent == inc:
+            c = next((r["comparison"] for r in reversed(state.comparisons) if r.get("arm") == a.n), None)
+            if a.kind == "probe" or (c is not None and c["boots"][0] < 2):
+                return Proposal("confirm", a.change, why=f"confirm arm {a.n}: a second boot")
+        break
+    return None
+
+
+def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, confirm: bool = True,
+            spend: bool = True) -> Proposal | None:
     done = sorted(state.finished(), key=lambda a: a.n)
     if not any(a.kind == "baseline" and a.verdict not in (None, "interrupted") for a in done):
         return Proposal("baseline", why="measure the starting shape")
     if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, "interrupted") for a in done):
         return Proposal("recheck", why="re-measure the starting shape at once: the first noise estimate")
     if confirm:
-        inc = state.incumbent.key()
-        for a in reversed(done):
-            if a.verdict == "interrupted" or a.kind == "recheck":
-                continue              # a crash cut the confirmation short: confirm again
-            if a.kind == "probe" and a.verdict == "better" and a.incumbent == inc:
-                return Proposal("confirm", a.change, why=f"confirm arm {a.n}")
-            break
+        p = _pending_confirm(state, done)
+        if p is not None:
+            return p
     if recheck_every and state.arms_since_incumbent_measure() >= recheck_every:
         return Proposal("recheck", why=f"re-measure the incumbent every {recheck_every} arms (noise band)")
     cands = candidates(state, levers)
-    if not cands:
+    if cands:
+        _, name, value, why = cands[0]
+        return Proposal("probe", (name, value), why=why)
+    if not spend:
         return None
-    _, name, value, why = cands[0]
-    return Proposal("probe", (name, value), why=why)
+    r = reexamine(state, levers, REEXAMINE_CAP)
+    if r is not None:
+        return Proposal("probe", (r[0], r[1]), why=r[2])
+    if state.incumbent != state.baseline:
+        starts = sum(1 for a in done if a.kind == "start" and a.verdict not in (None, "interrupted")
+                     and a.incumbent == state.incumbent.key())
+        if starts < HEAD_TO_HEAD:
+            if state.arms_since_incumbent_measure() >= 1 and starts > 0:
+                return Proposal("recheck", why="head-to-head against the starting shape: the incumbent's turn")
+            return Proposal("start", why=f"head-to-head: the starting shape, boot {starts + 1} of {HEAD_TO_HEAD}")
+    r = reexamine(state, levers, 4 * REEXAMINE_CAP)
+    if r is not None:
+        return Proposal("probe", (r[0], r[1]), why=r[2])
+    return None
 
 
 def apply(shape: Shape, change: tuple[str, object] | None) -> Shape:
     if change is None:
         return shape
     return shape.with_change(change[0], change[1])
-
-

@@ -56,6 +56,7 @@ class State:
     moves: list[dict] = field(default_factory=list)
     incumbent_key: str | None = None
     shapes: dict[str, Shape] = field(default_factory=dict)   # key -> the real shape, where known
+    comparisons: list[dict] = field(default_factory=list)   # "compare" records: a challenger vs the incumbent
 
     @property
     def next_n(self) -> int:
@@ -90,6 +91,12 @@ class State:
             if a.change and a.kind == "probe" and a.verdict != "interrupted":
                 out.setdefault((a.change[0], _vt(a.change[1])), []).append(a)
         return out
+
+    def measurements_of(self, shape: Shape) -> list[dict]:
+        """The measurements of every finished, measured, uncorrupted boot of ``shape`` (any kind)."""
+        return [a.end["measurement"] for a in sorted(self.finished(), key=lambda a: a.n)
+                if a.shape == shape and (a.end or {}).get("measurement") and a.verdict != "corrupt"
+                and (a.end["measurement"].get("outcome") == "measured")]
 
     def arms_since_incumbent_measure(self) -> int:
         n = 0
@@ -201,6 +208,8 @@ def apply_record(st: State, r: dict, levers: dict | None = None) -> None:
         st.incumbent_score = Score(sc["feasible"], sc["violation"], sc["objective"])
         st.samples = [x for x in r.get("samples", []) if x is not None]
         st.moves.append(r)
+    elif op == "compare":
+        st.comparisons.append(r)
     elif op == "guard":
         st.guard.append(r)
     elif op == "campaign_end":
