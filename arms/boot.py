@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from .bootlog import BootReport, parse_boot_log
+from .bootlog import MAX_LOG_CHARS, BootReport, parse_boot_log
 from .flags import flags_not_applied
 from .host import Host
 from .lifecycle import Booted, booted, container_spec
@@ -87,14 +87,22 @@ def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str,
         if b.ready.outcome == "exited" or (st is not None and st.exited):
             st = host.state(b.cid)
         hint = b.ready.outcome if b.ready.outcome in ("boot-timeout", "hang") else None
-        text = b.logs.text()
+        text = b.logs.text(MAX_LOG_CHARS)
         deadline = host.now() + 3.0
         while b.ready.ready and not profile.ready_pattern.search(text) and host.now() < deadline:
             host.sleep(0.05)          # the log copy trails the server by a few lines
-            text = b.logs.text()
-        report = parse_boot_log(text, profile, exit_code=st.exit_code if st and st.exited else None,
-                                oom_killed=bool(st and st.oom_killed), outcome_hint=hint)
-        if b.ready.ready and not report.ready:
+            text = b.logs.text(MAX_LOG_CHARS)
+        try:
+            report = parse_boot_log(text, profile, exit_code=st.exit_code if st and st.exited else None,
+                                    oom_killed=bool(st and st.oom_killed), outcome_hint=hint)
+            parsed = True
+        except Exception as e:       # a parser bug must not take the daemon down: unknown, with evidence
+            log.exception("[%s BOOT] the boot-log parser failed", tag)
+            report = BootReport(outcome="unknown", profile=profile.name,
+                                evidence=(f"boot-log parser failed: {type(e).__name__}: {str(e)[:300]}",),
+                                exit_code=st.exit_code if st and st.exited else None)
+            parsed = False
+        if parsed and b.ready.ready and not report.ready:
             # the server answers and completes: the log format is unfamiliar, not a failure
             report = _as_ready(report)
         not_applied = flags_not_applied(changed_flags(shape, changes or {}), report.non_default_args,

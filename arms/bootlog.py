@@ -11,6 +11,12 @@ to clean lines, apply the profile's patterns and decide the outcome:
 6. exit code 137 (SIGKILL), the log simply stops                    -> host-oom-killed
 7. anything else                                                    -> unknown
 
+Total and bounded: any text parses without an exception, in time linear in its length (every
+profile regex is linear-time; tests/test_bootlog.py and bench/parser_timing.py hold them to it).
+A log longer than ``MAX_LOG_CHARS`` is cut to its head and tail (``clipped_chars`` says how
+much went), a line longer than ``MAX_LINE_CHARS`` to its head, and a number that does not
+parse (``1.2.3 GiB``) becomes None with its raw text kept in ``unparsed``.
+
 Once the ready line is printed, only the lines after it are searched (steps 2 and 4-7), so a
 non-fatal error before ready never undoes a boot, while a crash after it is explained.
 
@@ -33,6 +39,9 @@ from arms.profiles import OOM_FIELDS, PLAN_FIELDS, REPORT_FIELDS, EngineProfile,
 __all__ = ["BootReport", "parse_boot_log", "clean_log_lines", "OUTCOME_HINTS"]
 
 OUTCOME_HINTS = ("boot-timeout", "hang")
+MAX_LOG_CHARS = 16 << 20          # head + tail kept of a longer log
+MAX_LINE_CHARS = 64 << 10         # a longer line keeps its head
+_CONVERT_ERRORS = (ValueError, TypeError, OverflowError, ArithmeticError)
 _EVIDENCE_MAX = 3
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _UNITS = {"b": 1, "byte": 1, "bytes": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
@@ -74,6 +83,8 @@ class BootReport:
     non_default_args_raw: str | None = None
     oom_detail: dict | None = None             # tried_to_allocate_gib, gpu, total_gib, free_gib
     failure_detail: dict = field(default_factory=dict)  # named groups of the deciding signature
+    unparsed: dict = field(default_factory=dict)        # field -> raw text of a number that did not parse
+    clipped_chars: int = 0                     # characters of an over-long log the parser skipped
 
     @property
     def ready(self) -> bool:
@@ -100,9 +111,11 @@ def parse_boot_log(text: str, profile: EngineProfile, exit_code: int | None = No
     or hang) used only when the log names no cause. Pure: no I/O, no clock."""
     if outcome_hint is not None and outcome_hint not in OUTCOME_HINTS:
         raise ValueError(f"outcome_hint must be one of {OUTCOME_HINTS} or None, got {outcome_hint!r}")
+    text, clipped = clip_log(text)
     lines = _clean(text, profile)
-    values, plan = _scan_fields(lines, profile)
-    outcome, evidence, detail = _decide(lines, profile, exit_code, oom_killed, outcome_hint)
+    unparsed: dict[str, str] = {}
+    values, plan = _scan_fields(lines, profile, unparsed)
+    outcome, evidence, detail = _decide(lines, profile, exit_code, oom_killed, outcome_hint, unparsed)
 
     block_size = values.get("kv_block_size") or profile.kv_block_size
     if values.get("kv_pool_tokens") is None and values.get("kv_blocks") is not None and block_size:
@@ -124,7 +137,18 @@ def parse_boot_log(text: str, profile: EngineProfile, exit_code: int | None = No
         outcome=outcome, evidence=tuple(evidence), profile=profile.name, exit_code=exit_code,
         oom_killed=oom_killed, plan=plan, compile_cache_hit=cache_hit,
         non_default_args=args, non_default_args_raw=raw,
-        oom_detail=_oom_detail(lines, profile), failure_detail=detail, **values)
+        oom_detail=_oom_detail(lines, profile, unparsed), failure_detail=detail, unparsed=unparsed,
+        clipped_chars=clipped, **values)
+
+
+def clip_log(text: str, limit: int = MAX_LOG_CHARS) -> tuple[str, int]:
+    """(text, 0), or its first and last ``limit // 2`` characters joined by a marker line and
+    the number of characters left out."""
+    if len(text) <= limit:
+        return text, 0
+    half = limit // 2
+    gone = len(text) - 2 * half
+    return f"{text[:half]}\n[... {gone} characters of log not parsed ...]\n{text[-half:]}", gone
 
 
 # ---------------------------------------------------------------- cleaning
@@ -132,7 +156,7 @@ def _clean(text: str, profile: EngineProfile) -> list[_Line]:
     out: list[_Line] = []
     for raw in _unjournal(text.replace("\r\n", "\n").split("\n")):
         for physical in raw.split("\r"):
-            level, body = _strip(_ANSI.sub("", physical), profile)
+            level, body = _strip(_ANSI.sub("", physical[:MAX_LINE_CHARS]), profile)
             pieces = profile.split_pattern.split(body) if profile.split_pattern else [body]
             for i, piece in enumerate(pieces):
                 if i:
@@ -191,7 +215,7 @@ def _strip(line: str, profile: EngineProfile) -> tuple[str | None, str]:
 
 
 # ---------------------------------------------------------------- fields
-def _scan_fields(lines: list[_Line], profile: EngineProfile) -> tuple[dict, dict]:
+def _scan_fields(lines: list[_Line], profile: EngineProfile, unparsed: dict) -> tuple[dict, dict]:
     found: dict[str, Any] = {}
     for _label, pattern in profile.field_patterns:
         kinds = {name: REPORT_FIELDS.get(name) or PLAN_FIELDS[name] for name in pattern.groupindex}
@@ -207,7 +231,11 @@ def _scan_fields(lines: list[_Line], profile: EngineProfile) -> tuple[dict, dict
                 elif raw is None:
                     continue
                 else:
-                    value = _convert(kind, raw)
+                    try:
+                        value = _convert(kind, raw)
+                    except _CONVERT_ERRORS:
+                        unparsed.setdefault(name, raw[:200])
+                        continue
                 if kind == "mib_sum":
                     found[name] = round(found.get(name, 0.0) + value, 4)
                 elif name not in found:
@@ -251,9 +279,20 @@ def _size(raw: str, scale: int) -> float:
     return round(value, 6) if _UNITS[unit] != scale else number
 
 
-def _auto(name: str, raw: str | None) -> Any:
+def _auto(name: str, raw: str | None, unparsed: dict | None = None, integer: bool = False) -> Any:
+    """A named group's value by its name (``*_gib``, ``*_mib``, integers, decimals, else the
+    text); None, with the raw text in ``unparsed``, for a size or number that does not parse."""
     if raw is None:
         return None
+    try:
+        return int(raw) if integer else _auto_value(name, raw)
+    except _CONVERT_ERRORS:
+        if unparsed is not None:
+            unparsed.setdefault(name, raw[:200])
+        return None
+
+
+def _auto_value(name: str, raw: str) -> Any:
     if name.endswith("_gib"):
         return _size(raw, 2**30)
     if name.endswith("_mib"):
@@ -283,7 +322,7 @@ def _non_default_args(lines: list[_Line], profile: EngineProfile) -> tuple[dict,
     return {}, None
 
 
-def _oom_detail(lines: list[_Line], profile: EngineProfile) -> dict | None:
+def _oom_detail(lines: list[_Line], profile: EngineProfile, unparsed: dict) -> dict | None:
     pattern = profile.oom_pattern
     if pattern is None:
         return None
@@ -292,14 +331,14 @@ def _oom_detail(lines: list[_Line], profile: EngineProfile) -> dict | None:
         for text in candidates:
             m = pattern.search(text)
             if m:
-                return {name: _auto(name, raw) if OOM_FIELDS[name] != "int" else int(raw)
+                return {name: _auto(name, raw, unparsed, integer=OOM_FIELDS[name] == "int")
                         for name, raw in m.groupdict().items() if raw is not None}
     return None
 
 
 # ---------------------------------------------------------------- outcome
 def _decide(lines: list[_Line], profile: EngineProfile, exit_code: int | None,
-            oom_killed: bool, hint: str | None) -> tuple[str, list[str], dict]:
+            oom_killed: bool, hint: str | None, unparsed: dict) -> tuple[str, list[str], dict]:
     last = [lines[-1].text] if lines else []
     if oom_killed:
         return "host-oom-killed", last, {}
@@ -309,11 +348,11 @@ def _decide(lines: list[_Line], profile: EngineProfile, exit_code: int | None,
         lines = lines[ready_at + 1:]        # only what happened after ready can undo it
     specific, generic = _match_failures(lines, profile)
     if specific is not None:
-        return _verdict(*specific)
+        return _verdict(*specific, unparsed)
     if ready_at is not None and exit_code in (None, 0):
         return "ready", [ready_line], {}
     if generic is not None:
-        outcome, evidence, detail = _verdict(*generic)
+        outcome, evidence, detail = _verdict(*generic, unparsed)
         root = _root_exception(lines, profile, generic[0])
         return outcome, ([root] if root else []) + evidence, detail
     if hint is not None:
@@ -362,12 +401,13 @@ def _loud_indexed(lines: list[_Line], profile: EngineProfile) -> list[tuple[int,
     return out
 
 
-def _verdict(sig: FailureSignature, hits: list) -> tuple[str, list[str], dict]:
+def _verdict(sig: FailureSignature, hits: list, unparsed: dict) -> tuple[str, list[str], dict]:
     evidence: list[str] = []
     for text, _m in hits:
         if text not in evidence:
             evidence.append(text)
-    detail = {name: _auto(name, raw) for name, raw in hits[0][1].groupdict().items() if raw is not None}
+    detail = {name: _auto(name, raw, unparsed) for name, raw in hits[0][1].groupdict().items()
+              if raw is not None}
     return sig.cls, evidence[:_EVIDENCE_MAX], detail
 
 

@@ -76,9 +76,18 @@ class LogFollower:
     path: Path
     stop: object = field(default=None, repr=False)   # callable(timeout): wait for the copy to end
 
-    def text(self) -> str:
+    def text(self, limit: int | None = None) -> str:
+        """The log so far; with ``limit``, at most its first and last ``limit // 2`` bytes
+        (joined by one newline) so an endless log never fills memory."""
         try:
-            return self.path.read_text(errors="replace")
+            if limit is None or self.path.stat().st_size <= limit:
+                return self.path.read_text(errors="replace")
+            with self.path.open("rb") as f:
+                head = f.read(limit // 2)
+                f.seek(-(limit // 2), 2)
+                tail = f.read(limit // 2)
+            gone = self.path.stat().st_size - 2 * (limit // 2)
+            return (head + f"\n[... {gone} bytes of log not read ...]\n".encode() + tail).decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
 

@@ -312,3 +312,146 @@ def test_bad_profile_files_name_the_file_and_key(tmp_path: Path) -> None:
     good = tmp_path / "fork2.yaml"
     good.write_text("extends: vllm-expert-offload\nname: fork2\ntelemetry: false\n")
     assert load_profile(str(good)).name == "fork2" and not load_profile(str(good)).telemetry
+
+
+# -- total and bounded ------------------------------------------------------------------------
+@pytest.mark.parametrize("line,field,raw", [
+    ("INFO 01-01 00:00:00 [default_loader.py:262] Model loading took 1.2.3 GiB and 5 seconds",
+     "model_load_gib", "1.2.3"),
+    ("INFO 01-01 00:00:00 [gpu_model_runner.py:2000] Model loading took 17.5 GiB and 1e999 seconds",
+     "model_load_s", None),
+    ("INFO 01-01 00:00:00 [kv_cache_utils.py:1000] GPU KV cache size: 1,2,,, tokens", None, None),
+])
+def test_a_number_that_does_not_parse_is_none_with_its_raw_text(line, field, raw) -> None:
+    rep = parse_boot_log(line + "\n", load_profile("vllm"))
+    json.dumps(rep.to_dict())
+    if field:
+        assert getattr(rep, field) is None or isinstance(getattr(rep, field), float)
+    if raw:
+        assert rep.unparsed[field] == raw and getattr(rep, field) is None
+
+
+def test_an_unparsable_size_in_a_failure_or_oom_line_is_kept_raw() -> None:
+    log = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.2.3 GiB. GPU 0 has a "
+           "total capacity of 23.5 GiB of which 0.5.5 GiB is free.\n")
+    rep = parse_boot_log(log, load_profile("vllm"), exit_code=1)
+    assert rep.outcome == "oom"
+    assert rep.oom_detail["tried_to_allocate_gib"] is None and rep.oom_detail["total_gib"] == 23.5
+    assert rep.unparsed["tried_to_allocate_gib"] == "1.2.3 GiB"
+
+
+def test_an_over_long_log_keeps_head_and_tail() -> None:
+    from arms.bootlog import clip_log
+
+    text = "a" * 100 + "b" * 100
+    clipped, gone = clip_log(text, 50)
+    assert gone == 150 and clipped.startswith("a" * 25) and clipped.endswith("b" * 25)
+    assert clip_log(text, 500) == (text, 0)
+
+
+GENERIC_UNITS = ("a", "A", "0", " ", "\t", "\x00", ".", ",", "(", ")", "{", "-", "_", ":", "=", "#",
+                 "\u00a0", "a ", "0.", "= ", " (")
+
+
+def _patterns(p: EngineProfile) -> list:
+    return [p.ready_pattern] + [x for x in (p.non_default_args_pattern, p.split_pattern,
+            p.exception_pattern, p.frame_pattern, p.compile_hit_pattern, p.compile_miss_pattern,
+            p.oom_pattern) if x is not None] + list(p.strip_patterns) \
+        + [x for _, x in p.field_patterns] + [f.pattern for f in p.failures]
+
+
+_CATEGORY_CHAR = {"CATEGORY_DIGIT": "0", "CATEGORY_SPACE": " ", "CATEGORY_WORD": "a",
+                  "CATEGORY_NOT_SPACE": "a", "CATEGORY_NOT_DIGIT": "a", "CATEGORY_NOT_WORD": " "}
+
+
+def _one(op, av) -> str:
+    """A short string one regex node matches (a sample, not all of them)."""
+    name = str(op)
+    if name == "LITERAL":
+        return chr(av)
+    if name in ("NOT_LITERAL", "ANY"):
+        return "a" if av != ord("a") else "b"
+    if name == "IN":
+        if av and str(av[0][0]) == "NEGATE":
+            return next(c for c in "a0 x,(" if not re_fullmatch(av, c))
+        o, v = av[0]
+        return {"LITERAL": lambda: chr(v), "RANGE": lambda: chr(v[0]),
+                "CATEGORY": lambda: _CATEGORY_CHAR.get(str(v), "a")}.get(str(o), lambda: "a")()
+    if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+        return "".join(_one(*x) for x in av[2]) * max(av[0], 1)
+    if name == "SUBPATTERN":
+        return "".join(_one(*x) for x in av[-1])
+    if name == "ATOMIC_GROUP":
+        return "".join(_one(*x) for x in av)
+    if name == "BRANCH":
+        return "".join(_one(*x) for x in av[1][0])
+    return ""                                     # anchors, lookarounds, group references
+
+
+def re_fullmatch(av, c: str) -> bool:
+    import re
+
+    body = "".join(re.escape(chr(v)) if str(o) == "LITERAL" else "" for o, v in av[1:])
+    return bool(body) and c in body
+
+
+def _prefixes(pattern) -> set[str]:
+    """Prefixes (at node boundaries) of a sample match of each top-level alternative: repeated,
+    each one starts a match attempt that an unbounded `.*`, `\\S+`, `\\w*` after it drags to the
+    end of the line."""
+    import re._parser as sre
+
+    top = list(sre.parse(pattern.pattern))
+    alts = [list(a) for a in top[0][1][1]] if len(top) == 1 and str(top[0][0]) == "BRANCH" else [top]
+    out: set[str] = set()
+    for items in alts:
+        text = ""
+        for op, av in items:
+            text += _one(op, av)
+            if len(text) >= 3:
+                out |= {text, text + " ", text[:-1]}
+    return out
+
+
+def _search_s(pattern, text: str, tries: int = 3) -> float:
+    import time
+
+    best = float("inf")
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        pattern.search(text)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def test_every_profile_regex_is_linear_on_adversarial_lines() -> None:
+    """Each regex of every shipped profile on a line of one repeated unit (common characters,
+    and every literal piece of the regex itself: the trap of `\\S+ model buffer size =` or
+    `X.*Y`), 4k and 32k characters long: linear time grows 8x, quadratic 64x. A complexity
+    check, not a speed target: only a search over 20 ms at 32k characters is compared at all
+    (the quadratic ones took 0.5-30 s there), the best of three timings each. Absolute times
+    are in bench/parser_timing.py."""
+    from arms.profiles import PROFILE_DIR
+
+    names = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+    pats = {pat.pattern: pat for name in names for pat in _patterns(load_profile(name))}
+    bad = []
+    for pat in pats.values():
+        for unit in (*GENERIC_UNITS, *sorted(_prefixes(pat))):
+            reps = 32768 // len(unit) + 1
+            if _search_s(pat, unit * reps, 1) > 0.02 and all(     # three rounds: a busy CI runner
+                    (big := _search_s(pat, unit * reps)) > 0.02
+                    and big / max(_search_s(pat, unit * (reps // 8)), 1e-6) > 25 for _ in range(3)):
+                bad.append(f"{pat.pattern[:60]!r} on {unit!r}: {big:.2f} s at 32k characters")
+    assert len(pats) > 40 and not bad, bad
+
+
+def test_nuls_random_bytes_and_huge_lines_parse_to_a_report() -> None:
+    import random
+
+    rnd = random.Random(7)
+    junk = bytes(rnd.getrandbits(8) for _ in range(300_000)).decode("latin-1")
+    for text in ("\x00" * 200_000, junk, "x" * 300_000 + "\nllama_server: listening on http://0:1\n"):
+        for name in ("llamacpp", "vllm"):
+            rep = parse_boot_log(text, load_profile(name), exit_code=1)
+            assert rep.outcome in CLASSES and json.dumps(rep.to_dict())
