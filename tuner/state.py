@@ -1,13 +1,18 @@
 """Campaign state, rebuilt by replaying the journal. Nothing here does I/O."""
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field
 
+from arms.errors import ConfigError
 from arms.secrets import REDACTED
 from arms.shape import Shape
 
 from .journal import decode_value
 from .verdict import NoiseBand, Score
+
+log = logging.getLogger("tuner.state")
 
 STRUCTURAL = {"constraint-violation", "bad-argument", "unsupported", "engine-init-failed", "no-gpu",
               "flag-not-applied", "corrupt", "model-load-failed"}
@@ -140,21 +145,40 @@ class Replay:
         self.state = State(baseline=baseline, incumbent=baseline, incumbent_key=baseline.key())
         self.state.shapes[baseline.key()] = baseline
         self.done = 0
+        self._shapes: dict[str, Shape] = {}          # journaled shape (canonical JSON) -> Shape: most repeat
 
     def update(self, records) -> State:
         for r in records[self.done:]:
-            apply_record(self.state, r, self.levers)
+            self._apply(r)
         self.done = len(records)
         return self.state
 
     def follow(self, journal) -> State:
         for r in journal.since(self.done):
-            apply_record(self.state, r, self.levers)
+            self._apply(r)
             self.done += 1
         return self.state
 
+    def _apply(self, r: dict) -> None:
+        try:
+            apply_record(self.state, r, self.levers, self._shapes)
+        except (ConfigError, KeyError, TypeError, ValueError, AttributeError) as e:
+            # the journal's line checks passed but the record does not replay (a shape that is not
+            # one): skipped like any damaged line, never the end of the night's record
+            log.warning("[journal] record seq %s (%s) skipped: %s", r.get("seq"), r.get("op"), e)
 
-def apply_record(st: State, r: dict, levers: dict | None = None) -> None:
+
+def _shape(d: dict, cache: dict | None) -> Shape:
+    if cache is None:
+        return Shape.from_dict(d)
+    k = json.dumps(d, sort_keys=True, separators=(",", ":"))
+    got = cache.get(k)
+    if got is None:
+        got = cache[k] = Shape.from_dict(d)
+    return got
+
+
+def apply_record(st: State, r: dict, levers: dict | None = None, shapes: dict | None = None) -> None:
     """Fold one journal record into ``st`` (replay is this, record after record)."""
     op = r["op"]
     if op == "campaign_start":
@@ -167,7 +191,7 @@ def apply_record(st: State, r: dict, levers: dict | None = None) -> None:
     elif op == "arm_start":
         ch = r.get("change")
         change = (ch[0], decode_value(ch[1])) if ch else None
-        sealed = Shape.from_dict(r["shape"])
+        sealed = _shape(r["shape"], shapes)
         shape, change = _resolve(sealed, r.get("identity"), st.shapes.get(r["incumbent"]), change, levers)
         arm = Arm(n=r["arm"], kind=r["kind"], shape=shape, change=change,
                   incumbent=r["incumbent"], trial=r.get("trial"), start=r)
@@ -193,7 +217,7 @@ def apply_record(st: State, r: dict, levers: dict | None = None) -> None:
         if a is not None and (key is None or a.key == key):
             st.incumbent, st.incumbent_key = a.shape, a.key
         else:
-            st.incumbent = Shape.from_dict(r["shape"])
+            st.incumbent = _shape(r["shape"], shapes)
             st.incumbent_key = key or st.incumbent.key()
         st.shapes.setdefault(st.incumbent_key, st.incumbent)
         st.incumbent_arm = r["arm"]
