@@ -223,12 +223,13 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.repaired = repair_tail(self.path)
-        got = read_journal(self.path)
+        got = read_journal(self.path, warn=False)
         if got.damaged:
             quarantine(self.path, got.damaged, clock=clock)
         bad = got.unreadable()
         if bad:
             raise bad
+        got.warn()
         self.damaged = got.damaged
         self._records = got.records
         self._seq = max((r["seq"] for r in self._records), default=-1) + 1
