@@ -201,6 +201,8 @@ def print_status(ns) -> int:
     from arms.shape import Shape
 
     st = replay(records, Shape.from_dict(start["baseline"]))
+    from tuner.lock import holder, is_held
+
     pid = None
     pidf = folder / "daemon.pid"
     if pidf.exists():
@@ -209,6 +211,8 @@ def print_status(ns) -> int:
             os.kill(pid, 0)
         except (ValueError, ProcessLookupError, PermissionError):
             pid = None
+    if pid is None and is_held(folder):           # the writer's lock names it (read, never taken)
+        pid = (holder(folder) or {}).get("pid")
     running = [a for a in st.open_arms]
     if ns.json:
         print(json.dumps({"folder": str(folder), "arms": len(st.arms), "daemon_pid": pid,
