@@ -115,3 +115,24 @@ def test_incremental_replay_equals_the_full_replay_after_every_record(tmp_path):
         assert (new.incumbent_key, new.incumbent_arm, new.samples, sorted(new.arms), new.incumbent_score) == \
                (full.incumbent_key, full.incumbent_arm, full.samples, sorted(full.arms), full.incumbent_score)
     assert new.incumbent == off and new.samples == [39.0, 39.4, 39.2] and follower.done == len(j)
+
+
+def test_record_types_one_codec_each_way():
+    from tuner import records as R
+
+    shape = BASE.to_dict()
+    d = R.encode("arm_start", 3, 1.5, {"arm": 0, "kind": "baseline", "shape": shape, "incumbent": BASE.key()})
+    rec = R.decode(d)
+    assert isinstance(rec, R.ArmStart) and (rec.arm, rec.kind, rec.change, rec.trial) == (0, "baseline", None, None)
+    assert isinstance(R.decode({"op": "comparison", "seq": 4, "t": 2.0}), R.Other)   # a newer tuner's record
+    assert R.decode({"op": "incumbent", "seq": 1, "arm": 2, "shape": shape, "score": {
+        "feasible": True, "violation": 0, "objective": 1.0}}).samples == []             # the one place for defaults
+    for bad, why in [([1], "not a JSON object"), ({"op": "note"}, "no op or seq"),
+                     ({"op": "arm_end", "seq": 1, "arm": True}, "arm_end record without a valid 'arm'"),
+                     ({"op": "arm_end", "seq": 1, "arm": 1, "score": {"objective": 1}}, "malformed score"),
+                     ({"op": "arm_start", "seq": 1, "arm": 1, "kind": "probe", "incumbent": "k",
+                       "shape": {"image": "x"}}, "unreadable shape")]:
+        with pytest.raises(R.RecordError, match=why):
+            R.decode(bad)
+    with pytest.raises(ValueError, match="unknown journal op"):
+        R.encode("nonsense", 0, 0.0, {})

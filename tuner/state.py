@@ -10,6 +10,7 @@ from arms.secrets import REDACTED
 from arms.shape import Shape
 
 from .journal import decode_value
+from .records import ArmEnd, ArmStart, CampaignEnd, CampaignStart, Guard, IncumbentMove, Record, Told, decode
 from .verdict import NoiseBand, Score
 
 log = logging.getLogger("tuner.state")
@@ -178,54 +179,53 @@ def _shape(d: dict, cache: dict | None) -> Shape:
     return got
 
 
-def apply_record(st: State, r: dict, levers: dict | None = None, shapes: dict | None = None) -> None:
-    """Fold one journal record into ``st`` (replay is this, record after record)."""
-    op = r["op"]
-    if op == "campaign_start":
+def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None = None) -> None:
+    """Fold one journal record (typed, ``tuner.records``, or its JSON object) into ``st``:
+    replay is this, record after record."""
+    rec = r if isinstance(r, Record) else decode(r)
+    if isinstance(rec, CampaignStart):
         if st.started is None:
-            st.started = r
-            bk = r.get("baseline_identity")
-            if bk and st.baseline.key() != bk and st.baseline.to_dict() == r.get("baseline"):
+            st.started = rec.raw
+            bk = rec.baseline_identity
+            if bk and st.baseline.key() != bk and st.baseline.to_dict() == rec.baseline:
                 st.incumbent_key = bk          # a reader holds the sealed baseline
                 st.shapes[bk] = st.baseline
-    elif op == "arm_start":
-        ch = r.get("change")
-        change = (ch[0], decode_value(ch[1])) if ch else None
-        sealed = _shape(r["shape"], shapes)
-        shape, change = _resolve(sealed, r.get("identity"), st.shapes.get(r["incumbent"]), change, levers)
-        arm = Arm(n=r["arm"], kind=r["kind"], shape=shape, change=change,
-                  incumbent=r["incumbent"], trial=r.get("trial"), start=r)
-        st.arms[r["arm"]] = arm
+    elif isinstance(rec, ArmStart):
+        change = (rec.change[0], decode_value(rec.change[1])) if rec.change else None
+        sealed = _shape(rec.shape, shapes)
+        shape, change = _resolve(sealed, rec.identity, st.shapes.get(rec.incumbent), change, levers)
+        arm = Arm(n=rec.arm, kind=rec.kind, shape=shape, change=change, incumbent=rec.incumbent, trial=rec.trial,
+                  start=rec.raw)
+        st.arms[rec.arm] = arm
         st.shapes.setdefault(arm.key, shape)
-    elif op == "arm_end":
-        a = st.arms.get(r["arm"])
+    elif isinstance(rec, ArmEnd):
+        a = st.arms.get(rec.arm)
         if a is not None and a.end is None:
-            a.end = r
-            obj = (r.get("score") or {}).get("objective")
+            a.end = rec.raw
+            obj = (rec.score or {}).get("objective")
             if a.kind in ("baseline", "recheck") and a.key == st.incumbent_key and obj is not None:
                 st.samples.append(obj)
                 if a.kind == "baseline" and st.incumbent_score is None:
                     st.incumbent_score = a.score
                     st.incumbent_arm = a.n
-    elif op == "told":
-        a = st.arms.get(r["arm"])
+    elif isinstance(rec, Told):
+        a = st.arms.get(rec.arm)
         if a is not None:
             a.told = True
-    elif op == "incumbent":
-        a = st.arms.get(r["arm"])
-        key = r.get("identity")
-        if a is not None and (key is None or a.key == key):
+    elif isinstance(rec, IncumbentMove):
+        a = st.arms.get(rec.arm)
+        if a is not None and (rec.identity is None or a.key == rec.identity):
             st.incumbent, st.incumbent_key = a.shape, a.key
         else:
-            st.incumbent = _shape(r["shape"], shapes)
-            st.incumbent_key = key or st.incumbent.key()
+            st.incumbent = _shape(rec.shape, shapes)
+            st.incumbent_key = rec.identity or st.incumbent.key()
         st.shapes.setdefault(st.incumbent_key, st.incumbent)
-        st.incumbent_arm = r["arm"]
-        sc = r["score"]
+        st.incumbent_arm = rec.arm
+        sc = rec.score
         st.incumbent_score = Score(sc["feasible"], sc["violation"], sc["objective"])
-        st.samples = [x for x in r.get("samples", []) if x is not None]
-        st.moves.append(r)
-    elif op == "guard":
-        st.guard.append(r)
-    elif op == "campaign_end":
-        st.ended = r
+        st.samples = [x for x in rec.samples if x is not None]
+        st.moves.append(rec.raw)
+    elif isinstance(rec, Guard):
+        st.guard.append(rec.raw)
+    elif isinstance(rec, CampaignEnd):
+        st.ended = rec.raw
