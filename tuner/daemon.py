@@ -105,7 +105,7 @@ def _run_locked(ns, camp) -> int:
             who = ", ".join(f"{name} (pid {pid}, {used / 2**30:.1f} GiB)" for pid, name, used in holders[:4])
             raise ConfigError(f"the GPU memory is already taken by {who}: stop it (or the production service) "
                               "before the campaign, or use production.guard: stop-and-restore")
-    deadline = deadline_from(camp.search.budget, host.now())
+    deadline = deadline_from(camp.search.budget, host.now(), host.wall())      # a simulated night: its own clock
     max_arms = ns.max_arms or camp.search.budget.max_arms
     view = None if ns.quiet or not sys.stderr.isatty() else _LiveView(camp)
 
