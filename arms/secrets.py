@@ -123,9 +123,21 @@ def secret_values(obj: Any, _secret: bool = False) -> set[str]:
             out |= secret_values(x, _secret or flag)
     elif isinstance(obj, (str, int, float)) and not isinstance(obj, bool):
         text = str(obj)
-        if (_secret and len(text) >= 4 and text != REDACTED) or looks_like_token(text):
+        if (_secret and _literal_safe(text)) or looks_like_token(text):
             out.add(text)
     return out
+
+
+def _literal_safe(text: str) -> bool:
+    """Whether a secret's value can be hidden as a literal in free text without hitting other
+    words or numbers: 6+ characters, not a number, not ``***``."""
+    if len(text) < 6 or text == REDACTED:
+        return False
+    try:
+        float(text)
+        return False
+    except ValueError:
+        return True
 
 
 class Sealer:
@@ -159,7 +171,18 @@ class Sealer:
         except OSError:
             return False
         text = raw.decode("utf-8", "surrogateescape")
-        new = self.text(text)
+        new = None
+        if Path(path).suffix == ".json":            # a JSON file stays JSON: sealed as a record
+            try:
+                import json
+
+                data = json.loads(text)
+                sealed = self.record(data)
+                new = text if sealed == data else json.dumps(sealed, indent=1)
+            except ValueError:
+                new = None
+        if new is None:
+            new = self.text(text)
         if new == text:
             return False
         Path(path).write_bytes(new.encode("utf-8", "surrogateescape"))

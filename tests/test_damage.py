@@ -133,8 +133,8 @@ def test_an_unreadable_journal_is_one_line_exit_2_and_nothing_deleted(copy):
         r = subprocess.run([sys.executable, "-m", "tuner.cli", cmd, str(folder if cmd == "status" else path),
                             *(["--simulated"] if cmd == "run" else [])], cwd=REPO, capture_output=True, text=True,
                            timeout=120)
-        err = [x for x in r.stderr.splitlines() if x.startswith("tuner: error")]
-        assert r.returncode == 2 and len(err) == 1, r.stderr
+        err = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(err) == 1 and err[0].startswith("tuner: error"), r.stderr
         assert "journal.jsonl: no readable record (first bad line 1: NUL bytes" in err[0]
         assert "journal.quarantine.jsonl" in err[0]
     assert (folder / "journal.jsonl").read_bytes() == junk

@@ -126,3 +126,22 @@ def test_duplicate_name_is_refused(env):
             host.start(spec(ref, "tuner-contract-arm4"))
     finally:
         host.remove(cid)
+
+
+def test_probes_around_a_container_and_the_wall_clock(env):
+    """Host.probes and Host.wall: every host reports the container's end in ProbeSampler's shape
+    (the real host samples the machine, a simulated or fake one only its container)."""
+    host, _, ref = env
+    w0 = host.wall()
+    cid = host.start(spec(ref, "tuner-contract-probes"))
+    try:
+        with host.probes(cid, interval_s=0.2) as probes:
+            host.kill(cid, "SIGKILL")
+            assert host.wait(cid, timeout=20).exit_code == 137
+        summary = probes.to_dict()["summary"]
+        assert summary["container"]["exit_code"] == 137
+        assert [k for k in summary["oom_kills"] if k["source"] == "container"]
+        assert {"ram_available_min_bytes", "engine_rss_peak_bytes", "vram", "kernel_log"} <= set(summary)
+    finally:
+        host.remove(cid)
+    assert 1.6e9 < w0 <= host.wall()

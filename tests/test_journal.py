@@ -94,3 +94,45 @@ def test_replay_rebuilds_incumbent_samples_and_open_arms(tmp_path):
     assert [a.n for a in st.open_arms] == [3]
     assert st.arms[1].change == ("expert-prefetch", ABSENT)
     assert st.next_n == 4
+
+
+def test_incremental_replay_equals_the_full_replay_after_every_record(tmp_path):
+    from tuner.state import Replay
+
+    j = Journal(tmp_path / "j.jsonl")
+    follower = Replay(BASE)
+    sc = lambda o: {"feasible": True, "violation": 0.0, "objective": o}  # noqa: E731
+    off = BASE.with_change("expert-prefetch", ABSENT)
+    steps = [lambda: j.append("campaign_start", campaign_hash="h"),
+             lambda: _arm(j, 0, "baseline", BASE, verdict="baseline", score=sc(26.0)),
+             lambda: _arm(j, 1, "probe", off, ("expert-prefetch", ABSENT), verdict="better", score=sc(39.0)),
+             lambda: _arm(j, 2, "confirm", off, ("expert-prefetch", ABSENT), verdict="better", score=sc(39.4)),
+             lambda: j.append("incumbent", arm=2, shape=off.to_dict(), score=sc(39.4), samples=[39.0, 39.4]),
+             lambda: _arm(j, 3, "recheck", off, inc=off, verdict="recheck", score=sc(39.2))]
+    for step in steps:
+        step()
+        new, full = follower.follow(j), replay(j.records, BASE)
+        assert (new.incumbent_key, new.incumbent_arm, new.samples, sorted(new.arms), new.incumbent_score) == \
+               (full.incumbent_key, full.incumbent_arm, full.samples, sorted(full.arms), full.incumbent_score)
+    assert new.incumbent == off and new.samples == [39.0, 39.4, 39.2] and follower.done == len(j)
+
+
+def test_record_types_one_codec_each_way():
+    from tuner import records as R
+
+    shape = BASE.to_dict()
+    d = R.encode("arm_start", 3, 1.5, {"arm": 0, "kind": "baseline", "shape": shape, "incumbent": BASE.key()})
+    rec = R.decode(d)
+    assert isinstance(rec, R.ArmStart) and (rec.arm, rec.kind, rec.change, rec.trial) == (0, "baseline", None, None)
+    assert isinstance(R.decode({"op": "comparison", "seq": 4, "t": 2.0}), R.Other)   # a newer tuner's record
+    assert R.decode({"op": "incumbent", "seq": 1, "arm": 2, "shape": shape, "score": {
+        "feasible": True, "violation": 0, "objective": 1.0}}).samples == []             # the one place for defaults
+    for bad, why in [([1], "not a JSON object"), ({"op": "note"}, "no op or seq"),
+                     ({"op": "arm_end", "seq": 1, "arm": True}, "arm_end record without a valid 'arm'"),
+                     ({"op": "arm_end", "seq": 1, "arm": 1, "score": {"objective": 1}}, "malformed score"),
+                     ({"op": "arm_start", "seq": 1, "arm": 1, "kind": "probe", "incumbent": "k",
+                       "shape": {"image": "x"}}, "unreadable shape")]:
+        with pytest.raises(R.RecordError, match=why):
+            R.decode(bad)
+    with pytest.raises(ValueError, match="unknown journal op"):
+        R.encode("nonsense", 0, 0.0, {})

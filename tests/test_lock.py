@@ -75,3 +75,12 @@ def test_status_leaves_a_torn_journal_byte_identical(tmp_path):
         assert r.returncode == 0, (args, r.stderr[-2000:])
     after = {name: (folder / name).read_bytes() for name in before}      # the report adds REPORT.md, nothing else
     assert after == before
+
+
+def test_a_writer_killed_by_sigkill_leaves_the_folder_free(tmp_path):
+    code = ("import os, signal, sys; from tuner.lock import CampaignLock; CampaignLock(sys.argv[1]).acquire(); "
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c")], cwd=REPO, timeout=60)
+    assert r.returncode == -signal.SIGKILL
+    assert holder(tmp_path / "c")["pid"] and not is_held(tmp_path / "c")       # a stale name, no live holder
+    CampaignLock(tmp_path / "c").acquire().release()                              # the kernel freed the lock

@@ -32,7 +32,7 @@ def test_what_looks_like_a_token(value, token):
 def test_one_rule_for_env_flags_argv_changes_and_text():
     rec = {"shape": {"env": {"HF_TOKEN": "abc123", "R4D_LRU_UVA_TOKENS": "2048"},
                      "args": [["api-key", "k1"], ["max-num-batched-tokens", 1024], ["model-tag", "hf_abcdefghijklmnopqrstu"]]},
-           "change": ["env.DB_PASSWORD", "pw12"], "argv": ["serve", "--hf-token", "t0pS", "--port", "8000"],
+           "change": ["env.DB_PASSWORD", "pw1234x"], "argv": ["serve", "--hf-token", "t0pSecret", "--port", "8000"],
            "evidence": "engine said: using token hf_abcdefghijklmnopqrstu for download"}
     got = seal(rec)
     assert got["shape"]["env"] == {"HF_TOKEN": REDACTED, "R4D_LRU_UVA_TOKENS": "2048"}
@@ -41,7 +41,7 @@ def test_one_rule_for_env_flags_argv_changes_and_text():
     assert got["argv"] == ["serve", "--hf-token", REDACTED, "--port", "8000"]
     assert "hf_abc" not in got["evidence"]
     s = Sealer(secret_values(rec))
-    assert s.text("echo: abc123 and t0pS and pw12") == "echo: *** and *** and ***"
+    assert s.text("echo: abc123 and t0pSecret and pw1234x") == "echo: *** and *** and ***"
 
 
 def _campaign(tmp_path, name, secrets: bool):
@@ -102,3 +102,13 @@ def test_a_campaign_with_secrets_decides_as_one_without_and_leaks_them_nowhere(t
             assert s.encode() not in data, f"{s} leaked into {p.relative_to(folder)}"
     for s in SECRETS:
         assert s not in logs
+
+
+def test_a_json_file_stays_json_and_numbers_are_never_hit(tmp_path):
+    s = Sealer.of({"env": {"MAX_KEY_SIZE": "4096", "HF_TOKEN": "s3cr3t-value"}})
+    assert s.values == ["s3cr3t-value"]                      # a number is never a literal to hide
+    p = tmp_path / "measure.json"
+    p.write_text(json.dumps({"kv_pool_tokens": 40960, "echo": "token s3cr3t-value", "args": [["api-key", "x"]]}))
+    assert s.file(p)
+    got = json.loads(p.read_text())
+    assert got == {"kv_pool_tokens": 40960, "echo": "token ***", "args": [["api-key", "***"]]}

@@ -73,13 +73,22 @@ class ArmRunner:
         p = self.arm_folder(arm_n) / "measure.json"
         return Measurement.from_dict(json.loads(p.read_text())) if p.exists() else None
 
-    def run(self, n: int, shape: Shape, *, kind: str, change: tuple | None, numerics: str,
-            incumbent: Score | None, incumbent_depths: dict | None, band: NoiseBand,
-            reference_arm: int | None, folder: Path | None = None,
-            extend: Callable[[dict], int] | None = None) -> dict:
+    def run(self, n: int, shape: Shape, *, folder: Path | None = None, **kw) -> dict:
+        """One arm (see ``_run``); then no secret of the campaign stays in its folder's files
+        (boot.log, boot.json, measure.json, telemetry) — sealed once the container is gone."""
+        folder = folder or self.arm_folder(n)
+        try:
+            return self._run(n, shape, folder=folder, **kw)
+        finally:
+            for p in sorted(Path(folder).rglob("*")) if Path(folder).is_dir() else ():
+                if p.is_file():
+                    self.sealer.file(p)
+
+    def _run(self, n: int, shape: Shape, *, kind: str, change: tuple | None, numerics: str,
+             incumbent: Score | None, incumbent_depths: dict | None, band: NoiseBand,
+             reference_arm: int | None, folder: Path, extend: Callable[[dict], int] | None = None) -> dict:
         """``extend``: asked after the measurement, while the engine is up, how many more runs per
         depth to measure in this boot (0: none); asked again after each extension."""
-        folder = folder or self.arm_folder(n)
         changes = {change[0]: change[1]} if change else {}
         t0 = self.host.now()
         rec: dict = {"arm": n, "kind": kind}
@@ -180,7 +189,4 @@ class ArmRunner:
     def _finish(self, rec: dict, t0: float, folder: Path) -> dict:
         rec["arm_s"] = round(self.host.now() - t0, 3)
         rec["folder"] = str(folder)
-        for p in sorted(Path(folder).rglob("*")) if Path(folder).is_dir() else ():
-            if p.is_file():                # boot.log, boot.json, measure.json, telemetry: no secret at rest
-                self.sealer.file(p)
         return rec

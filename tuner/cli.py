@@ -164,6 +164,7 @@ def cmd_measure(ns) -> int:
     change = next(iter(changes.items())) if len(changes) == 1 else None
     rec = runner.run(0, shape, kind="measure", change=change, numerics=numerics, incumbent=None,
                      incumbent_depths=None, band=NoiseBand(), reference_arm=None, folder=folder)
+    rec = runner.sealer.record(rec)                 # secrets sealed, as in the journal
     (folder / "arm.json").write_text(json.dumps(rec, indent=1, default=str))
     if ns.json:
         print(json.dumps(rec, indent=1, default=str))

@@ -105,7 +105,7 @@ def _run_locked(ns, camp) -> int:
             who = ", ".join(f"{name} (pid {pid}, {used / 2**30:.1f} GiB)" for pid, name, used in holders[:4])
             raise ConfigError(f"the GPU memory is already taken by {who}: stop it (or the production service) "
                               "before the campaign, or use production.guard: stop-and-restore")
-    deadline = deadline_from(camp.search.budget, host.now())
+    deadline = deadline_from(camp.search.budget, host.now(), host.wall())      # a simulated night: its own clock
     max_arms = ns.max_arms or camp.search.budget.max_arms
     view = None if ns.quiet or not sys.stderr.isatty() else _LiveView(camp)
 
@@ -201,6 +201,8 @@ def print_status(ns) -> int:
     from arms.shape import Shape
 
     st = replay(records, Shape.from_dict(start["baseline"]))
+    from tuner.lock import holder, is_held
+
     pid = None
     pidf = folder / "daemon.pid"
     if pidf.exists():
@@ -209,6 +211,8 @@ def print_status(ns) -> int:
             os.kill(pid, 0)
         except (ValueError, ProcessLookupError, PermissionError):
             pid = None
+    if pid is None and is_held(folder):           # the writer's lock names it (read, never taken)
+        pid = (holder(folder) or {}).get("pid")
     running = [a for a in st.open_arms]
     if ns.json:
         print(json.dumps({"folder": str(folder), "arms": len(st.arms), "daemon_pid": pid,

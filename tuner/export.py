@@ -31,10 +31,11 @@ def read_records(path: Path) -> list[dict]:
     """The journal's records without touching the file (``tuner.journal.read_journal``): a torn
     last line is skipped, a damaged line is skipped with one warning; a journal with no readable
     record at all is bad input."""
-    got = read_journal(Path(path))
+    got = read_journal(Path(path), warn=False)
     bad = got.unreadable()
     if bad:
         raise bad
+    got.warn()
     return got.records
 
 

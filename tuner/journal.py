@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from arms.secrets import Sealer, seal
+
+from .records import OPS, RecordError, decode, encode  # noqa: F401 - OPS: the closed set, re-exported
 from arms.errors import ConfigError
 
 log = logging.getLogger("tuner.journal")
@@ -41,28 +43,9 @@ def decode_value(v):
     return ABSENT if v == ABSENT_JSON else v
 
 
-OPS = ("campaign_start", "arm_start", "arm_end", "told", "incumbent", "guard", "campaign_end", "note", "promotion",
-       "compare")   # compare: a challenger vs the incumbent (tuner/compare.py)
 
 
 QUARANTINE_SUFFIX = ".quarantine.jsonl"
-
-# Fields a record of each op must carry (with their types) to be replayed at all; anything else
-# about a record is optional and defaulted where it is read. An op not listed here (a newer
-# tuner's record kind) is kept and ignored by replay, never quarantined.
-REQUIRED: dict[str, dict[str, type | tuple]] = {
-    "campaign_start": {},
-    "arm_start": {"arm": int, "kind": str, "shape": dict, "incumbent": str},
-    "arm_end": {"arm": int},
-    "told": {"arm": int},
-    "incumbent": {"arm": int, "shape": dict, "score": dict},
-    "guard": {},
-    "campaign_end": {},
-    "note": {},
-    "promotion": {},
-}
-SCORE_KEYS = ("feasible", "violation", "objective")
-
 
 def quarantine_path(path: Path) -> Path:
     path = Path(path)
@@ -113,27 +96,10 @@ def _why_damaged(line: bytes) -> tuple[str, dict | None]:
         rec = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         return f"not JSON ({getattr(e, 'msg', e)})", None
-    if not isinstance(rec, dict):
-        return f"not a JSON object (a {type(rec).__name__})", None
-    op = rec.get("op")
-    if not isinstance(op, str) or not isinstance(rec.get("seq"), int) or isinstance(rec.get("seq"), bool):
-        return "no op or seq", None
-    for name, typ in REQUIRED.get(op, {}).items():
-        v = rec.get(name)
-        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
-            return f"{op} record without a valid {name!r}", None
-    for name in ("score",) if op in ("arm_end", "incumbent") else ():
-        sc = rec.get(name)
-        if sc is not None and (not isinstance(sc, dict) or any(k not in sc for k in SCORE_KEYS)):
-            return f"{op} record with a malformed score", None
-    for name in ("shape", "baseline"):
-        if op in ("arm_start", "incumbent", "campaign_start") and name in rec:
-            try:
-                from arms.shape import Shape
-
-                Shape.from_dict(rec[name])
-            except Exception as e:          # noqa: BLE001 - any failure to rebuild the shape is damage
-                return f"{op} record with an unreadable {name} ({type(e).__name__})", None
+    try:
+        decode(rec)                                # the record types' one codec (tuner.records)
+    except RecordError as e:
+        return str(e), None
     return "", rec
 
 
@@ -227,12 +193,13 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.repaired = repair_tail(self.path)
-        got = read_journal(self.path)
+        got = read_journal(self.path, warn=False)
         if got.damaged:
             quarantine(self.path, got.damaged, clock=clock)
         bad = got.unreadable()
         if bad:
             raise bad
+        got.warn()
         self.damaged = got.damaged
         self._records = got.records
         self._seq = max((r["seq"] for r in self._records), default=-1) + 1
@@ -249,9 +216,12 @@ class Journal:
         return len(self._records)
 
     def append(self, op: str, **fields: Any) -> dict:
-        if op not in OPS:
-            raise ValueError(f"unknown journal op {op!r}")
-        rec = self.sealer.record({"op": op, "seq": self._seq, "t": round(self.clock(), 3), **fields})
+        try:
+            rec = encode(op, self._seq, round(self.clock(), 3), fields)
+        except RecordError as e:         # a writer's bug: journaled anyway (replay will skip it), never a lost night
+            log.error("[journal] %s record that replay will skip: %s", op, e)
+            rec = {"op": op, "seq": self._seq, "t": round(self.clock(), 3), **fields}
+        rec = self.sealer.record(rec)
         line = json.dumps(rec, separators=(",", ":"), default=str) + "\n"
         with open(self.path, "ab") as f:
             f.write(line.encode())

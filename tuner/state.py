@@ -1,13 +1,19 @@
 """Campaign state, rebuilt by replaying the journal. Nothing here does I/O."""
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field
 
+from arms.errors import ConfigError
 from arms.secrets import REDACTED
 from arms.shape import Shape
 
 from .journal import decode_value
+from .records import ArmEnd, ArmStart, CampaignEnd, CampaignStart, Compare, Guard, IncumbentMove, Record, Told, decode
 from .verdict import NoiseBand, Score
+
+log = logging.getLogger("tuner.state")
 
 STRUCTURAL = {"constraint-violation", "bad-argument", "unsupported", "engine-init-failed", "no-gpu",
               "flag-not-applied", "corrupt", "model-load-failed"}
@@ -147,70 +153,88 @@ class Replay:
         self.state = State(baseline=baseline, incumbent=baseline, incumbent_key=baseline.key())
         self.state.shapes[baseline.key()] = baseline
         self.done = 0
+        self._shapes: dict[str, Shape] = {}          # journaled shape (canonical JSON) -> Shape: most repeat
 
     def update(self, records) -> State:
         for r in records[self.done:]:
-            apply_record(self.state, r, self.levers)
+            self._apply(r)
         self.done = len(records)
         return self.state
 
     def follow(self, journal) -> State:
         for r in journal.since(self.done):
-            apply_record(self.state, r, self.levers)
+            self._apply(r)
             self.done += 1
         return self.state
 
+    def _apply(self, r: dict) -> None:
+        try:
+            apply_record(self.state, r, self.levers, self._shapes)
+        except (ConfigError, KeyError, TypeError, ValueError, AttributeError) as e:
+            # the journal's line checks passed but the record does not replay (a shape that is not
+            # one): skipped like any damaged line, never the end of the night's record
+            log.warning("[journal] record seq %s (%s) skipped: %s", r.get("seq"), r.get("op"), e)
 
-def apply_record(st: State, r: dict, levers: dict | None = None) -> None:
-    """Fold one journal record into ``st`` (replay is this, record after record)."""
-    op = r["op"]
-    if op == "campaign_start":
+
+def _shape(d: dict, cache: dict | None) -> Shape:
+    if cache is None:
+        return Shape.from_dict(d)
+    k = json.dumps(d, sort_keys=True, separators=(",", ":"))
+    got = cache.get(k)
+    if got is None:
+        got = cache[k] = Shape.from_dict(d)
+    return got
+
+
+def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None = None) -> None:
+    """Fold one journal record (typed, ``tuner.records``, or its JSON object) into ``st``:
+    replay is this, record after record."""
+    rec = r if isinstance(r, Record) else decode(r)
+    if isinstance(rec, CampaignStart):
         if st.started is None:
-            st.started = r
-            bk = r.get("baseline_identity")
-            if bk and st.baseline.key() != bk and st.baseline.to_dict() == r.get("baseline"):
+            st.started = rec.raw
+            bk = rec.baseline_identity
+            if bk and st.baseline.key() != bk and st.baseline.to_dict() == rec.baseline:
                 st.incumbent_key = bk          # a reader holds the sealed baseline
                 st.shapes[bk] = st.baseline
-    elif op == "arm_start":
-        ch = r.get("change")
-        change = (ch[0], decode_value(ch[1])) if ch else None
-        sealed = Shape.from_dict(r["shape"])
-        shape, change = _resolve(sealed, r.get("identity"), st.shapes.get(r["incumbent"]), change, levers)
-        arm = Arm(n=r["arm"], kind=r["kind"], shape=shape, change=change,
-                  incumbent=r["incumbent"], trial=r.get("trial"), start=r)
-        st.arms[r["arm"]] = arm
+    elif isinstance(rec, ArmStart):
+        change = (rec.change[0], decode_value(rec.change[1])) if rec.change else None
+        sealed = _shape(rec.shape, shapes)
+        shape, change = _resolve(sealed, rec.identity, st.shapes.get(rec.incumbent), change, levers)
+        arm = Arm(n=rec.arm, kind=rec.kind, shape=shape, change=change, incumbent=rec.incumbent, trial=rec.trial,
+                  start=rec.raw)
+        st.arms[rec.arm] = arm
         st.shapes.setdefault(arm.key, shape)
-    elif op == "arm_end":
-        a = st.arms.get(r["arm"])
+    elif isinstance(rec, ArmEnd):
+        a = st.arms.get(rec.arm)
         if a is not None and a.end is None:
-            a.end = r
-            obj = (r.get("score") or {}).get("objective")
+            a.end = rec.raw
+            obj = (rec.score or {}).get("objective")
             if a.kind in ("baseline", "recheck") and a.key == st.incumbent_key and obj is not None:
                 st.samples.append(obj)
                 if a.kind == "baseline" and st.incumbent_score is None:
                     st.incumbent_score = a.score
                     st.incumbent_arm = a.n
-    elif op == "told":
-        a = st.arms.get(r["arm"])
+    elif isinstance(rec, Told):
+        a = st.arms.get(rec.arm)
         if a is not None:
             a.told = True
-    elif op == "incumbent":
-        a = st.arms.get(r["arm"])
-        key = r.get("identity")
-        if a is not None and (key is None or a.key == key):
+    elif isinstance(rec, IncumbentMove):
+        a = st.arms.get(rec.arm)
+        if a is not None and (rec.identity is None or a.key == rec.identity):
             st.incumbent, st.incumbent_key = a.shape, a.key
         else:
-            st.incumbent = Shape.from_dict(r["shape"])
-            st.incumbent_key = key or st.incumbent.key()
+            st.incumbent = _shape(rec.shape, shapes)
+            st.incumbent_key = rec.identity or st.incumbent.key()
         st.shapes.setdefault(st.incumbent_key, st.incumbent)
-        st.incumbent_arm = r["arm"]
-        sc = r["score"]
+        st.incumbent_arm = rec.arm
+        sc = rec.score
         st.incumbent_score = Score(sc["feasible"], sc["violation"], sc["objective"])
-        st.samples = [x for x in r.get("samples", []) if x is not None]
-        st.moves.append(r)
-    elif op == "compare":
-        st.comparisons.append(r)
-    elif op == "guard":
-        st.guard.append(r)
-    elif op == "campaign_end":
-        st.ended = r
+        st.samples = [x for x in rec.samples if x is not None]
+        st.moves.append(rec.raw)
+    elif isinstance(rec, Compare):
+        st.comparisons.append(rec.raw)
+    elif isinstance(rec, Guard):
+        st.guard.append(rec.raw)
+    elif isinstance(rec, CampaignEnd):
+        st.ended = rec.raw
