@@ -24,6 +24,8 @@ from arms.profiles import EngineProfile
 
 from .arm_runner import ArmRunner
 from .compare import Side, compare, look_alpha
+from .sampler import OneChangeSampler, told_as
+from .sampler import tell as sampler_tell
 from .guard import Guard
 from .journal import Journal, decode_value, repair_tail
 from .search import Proposal, apply, by_constraint, encode_value, propose
@@ -39,13 +41,21 @@ def campaign_hash(camp) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def open_study(path: Path, name: str) -> optuna.Study:
+def open_study(path: Path, name: str, sampler=None, metric: str | None = None) -> optuna.Study:
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     repair_tail(path)
     storage = JournalStorage(JournalFileBackend(str(path)))
-    return optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True)
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True,
+                                sampler=sampler)
+    if metric:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([metric])
+    return study
 
 
 @dataclass
@@ -69,7 +79,9 @@ class CampaignLoop:
         folder = camp.folder
         folder.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(folder / "journal.jsonl")
-        self.study = open_study(folder / "optuna.journal", camp.name)
+        self.sampler = OneChangeSampler() if camp.search.mode != "joint" else None
+        self.study = open_study(folder / "optuna.journal", camp.name, sampler=self.sampler,
+                                metric=str(camp.search.objective))
         self.runner = ArmRunner.for_campaign(camp, host, profile)
         self.choices = ["(incumbent)"] + sorted(camp.levers)
 
@@ -122,6 +134,12 @@ class CampaignLoop:
         t = self.study.get_trials(deepcopy=False)[trial] if trial < len(self.study.get_trials(deepcopy=False)) else None
         if t is None or t.state != TrialState.RUNNING:
             return
+        if self.sampler is not None:            # the one-change study: its best trial is the incumbent
+            moved = next((r for r in self.journal.records if r["op"] == "incumbent" and r.get("arm") == end.get("arm")),
+                         None)
+            done = [x.value for x in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+            sampler_tell(self.study, trial, *told_as(end, moved, max(done) if done else None))
+            return
         obj = (end.get("score") or {}).get("objective")
         ok = end.get("verdict") not in ("interrupted", "invalid", "corrupt") and not str(end.get("verdict", "")).startswith("boot-failed")
         if ok and obj is not None:
@@ -133,7 +151,10 @@ class CampaignLoop:
     def _ask(self, p: Proposal) -> int:
         lever = p.change[0] if p.change else "(incumbent)"
         value = json.dumps(encode_value(p.change[1]), sort_keys=True) if p.change else p.kind
-        self.study.enqueue_trial({"lever": lever}, user_attrs={"value": value, "kind": p.kind})
+        if self.sampler is not None:
+            self.sampler.propose(p)             # the policy decides; the study's sampler hands it to Optuna
+        else:
+            self.study.enqueue_trial({"lever": lever}, user_attrs={"value": value, "kind": p.kind})
         trial = self.study.ask({"lever": CategoricalDistribution(self.choices)})
         return trial.number
 
