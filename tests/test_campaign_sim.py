@@ -144,6 +144,16 @@ def test_the_optuna_study_is_the_search_and_its_best_trial_is_the_incumbent(tmp_
     assert isinstance(OneChangeSampler(), optuna.samplers.BaseSampler)
 
 
+def test_an_error_rate_that_is_not_a_probability_is_one_clear_line(tmp_path):
+    import pytest
+
+    from arms.errors import ConfigError
+
+    camp, host = SimHost.pinned(load_campaign(campaign(tmp_path, "bad-alpha", noise={"error_rate": 1.5})))
+    with pytest.raises(ConfigError, match=r"noise.error_rate': 1.5 is not a probability in \(0, 0.5\); give e.g. 0.05"):
+        CampaignLoop(camp, host, load_profile("simengine"))
+
+
 def test_gpu_memory_taken_by_another_process_is_named():
     from host.probes import gpu_holders
 

@@ -79,6 +79,14 @@ class CampaignLoop:
         folder = camp.folder
         folder.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(folder / "journal.jsonl")
+        try:
+            er = self.error_rate
+        except (TypeError, ValueError):
+            er = None
+        if er is None or not 0 < er < 0.5:
+            raise ConfigError(f"{camp.path}: key 'noise.error_rate': {(camp.raw.get('noise') or {}).get('error_rate')!r} "
+                              "is not a probability in (0, 0.5); give e.g. 0.05 (the chance a night promotes "
+                              "anything that is not truly better)")
         self.sampler = OneChangeSampler() if camp.search.mode != "joint" else None
         self.study = open_study(folder / "optuna.journal", camp.name, sampler=self.sampler,
                                 metric=str(camp.search.objective))
