@@ -203,7 +203,8 @@ class CampaignLoop:
                 self.on_arm(st, st.arms[max(st.arms)].end or {})
         verdict = self._verdict(st)
         self.journal.append("campaign_end", reason=reason, arms=len(st.arms),
-                            incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict)
+                            incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict,
+                            error_rate=self.error_rate, undecided=self._undecided(st))
         log.info("[campaign END] %s after %d arms%s", reason, len(st.arms), f" — {verdict}" if verdict else "")
         return Summary(reason, len(st.arms), st.incumbent.key(), (st.incumbent_score or Score(True, 0, None)).objective,
                        len(st.moves), verdict)
@@ -251,12 +252,16 @@ class CampaignLoop:
             return runs if c is not None and c.verdict == "undecided" else 0
         return more
 
-    def _converged(self, st: State) -> str:
+    def _undecided(self, st: State) -> list[str]:
+        """The challengers of the final incumbent whose latest comparison is undecided."""
         cmp = {}
         for r in st.comparisons:
             if r.get("change") and r["incumbent"] == st.incumbent.key():
-                cmp[tuple(json.dumps(x, sort_keys=True) for x in r["change"])] = r["comparison"]
-        undecided = sum(1 for c in cmp.values() if c["verdict"] == "undecided")
+                cmp[f"{r['change'][0]}={_fmt(decode_value(r['change'][1]))}"] = r["comparison"]["verdict"]
+        return sorted(k for k, v in cmp.items() if v == "undecided")
+
+    def _converged(self, st: State) -> str:
+        undecided = len(self._undecided(st))
         if undecided:
             return (f"converged: {undecided} challenger(s) still undecided at their boot cap, every other "
                     f"one decided at error rate {self.error_rate:g}")
