@@ -195,6 +195,7 @@ def h(x) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--hours", type=float, default=8.0, help="the tuner's simulated budget")
     ap.add_argument("--at", type=float, default=8.0, help="judge the incumbent at this simulated hour")
     ap.add_argument("--within", type=float, default=0.03)
@@ -214,11 +215,11 @@ def main() -> int:
         truths[name] = Truth(name, camp.baseline)
     _CTX.update(tmp=tmp, truths=truths, hours=args.hours, at=args.at, within=args.within,
                 sweep_seeds=args.sweep_seeds, sweep_hours=args.sweep_hours)
-    cmd = (f".venv/bin/python bench/small_effects.py --seeds {args.seeds} --hours {args.hours:g} --at {args.at:g} "
+    cmd = (f".venv/bin/python bench/small_effects.py --seeds {args.seeds} --first-seed {args.first_seed} --hours {args.hours:g} --at {args.at:g} "
            f"--within {args.within:g} --sweep-seeds {args.sweep_seeds} --sweep-hours {args.sweep_hours:g} "
            f"--landscapes {args.landscapes} --jobs {args.jobs}")
     lines = [f"command: {cmd}", ""]
-    jobs = [(n, s) for n in names for s in range(args.seeds)]
+    jobs = [(n, s) for n in names for s in range(args.first_seed, args.first_seed + args.seeds)]
     res: dict[str, list] = {n: [] for n in names}
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
         for name, seed, a, b, s in pool.imap(run_job, jobs):

@@ -120,6 +120,40 @@ def test_a_lever_whose_noise_never_settles_ends_undecided_and_the_report_lists_i
         assert f"{c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}]" in md
 
 
+def test_the_optuna_study_is_the_search_and_its_best_trial_is_the_incumbent(tmp_path):
+    """The one-change policy is the study's sampler: every arm is a trial whose user attrs say
+    why; the dashboard's best trial is the arm that made the final incumbent."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from tuner.sampler import OneChangeSampler
+
+    summary, recs, _ = run(tmp_path, "study", seed=1, budget={"max_arms": 10})
+    study = optuna.load_study(study_name="study", storage=JournalStorage(JournalFileBackend(
+        str(tmp_path / "journal" / "study" / "optuna.journal"))))
+    starts = [r for r in recs if r["op"] == "arm_start"]
+    trials = study.get_trials()
+    assert len(trials) == len(starts) and all(t.state.is_finished() for t in trials)
+    assert all(t.user_attrs.get("why") and t.user_attrs.get("kind") for t in trials)
+    assert study.metric_names == ["decode_geomean"]
+    moves = [r for r in recs if r["op"] == "incumbent"]
+    assert moves, "seed 1 moves prefetch off within 10 arms"
+    by_trial = {r["trial"]: r["arm"] for r in starts}
+    assert by_trial[study.best_trial.number] == moves[-1]["arm"]
+    assert isinstance(OneChangeSampler(), optuna.samplers.BaseSampler)
+
+
+def test_an_error_rate_that_is_not_a_probability_is_one_clear_line(tmp_path):
+    import pytest
+
+    from arms.errors import ConfigError
+
+    camp, host = SimHost.pinned(load_campaign(campaign(tmp_path, "bad-alpha", noise={"error_rate": 1.5})))
+    with pytest.raises(ConfigError, match=r"noise.error_rate': 1.5 is not a probability in \(0, 0.5\); give e.g. 0.05"):
+        CampaignLoop(camp, host, load_profile("simengine"))
+
+
 def test_gpu_memory_taken_by_another_process_is_named():
     from host.probes import gpu_holders
 

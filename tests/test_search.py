@@ -109,3 +109,43 @@ def test_nothing_left_ends_the_search(tmp_path):
             if j.state().incumbent.value_of(lever) != v and not (v is ABSENT and j.state().incumbent.value_of(lever) is ABSENT):
                 j.arm("probe", (lever, v), verdict="worse", obj=20.0, delta=-0.2)
     assert propose(j.state(), LEVERS, recheck_every=0) is None
+
+
+def _cmp(j, n, change, verdict, effect, lo, hi, boots=1):
+    j.j.append("compare", arm=n, incumbent=j.inc.key(), change=[change[0], encode_value(change[1])], look=n,
+               comparison={"verdict": verdict, "effect": effect, "lo": lo, "hi": hi, "se": 0.01, "boots": [boots, 2],
+                           "runs": [9 * boots, 18], "alpha": 0.001, "sigma": [0.03, 0.03]})
+
+
+def test_an_undecided_challenger_gets_another_boot_and_a_decided_night_is_spent_not_ended(tmp_path):
+    j = J(tmp_path)
+    j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("recheck", verdict="recheck", obj=26.1)
+    n, _ = j.arm("probe", ("expert-prefetch", ABSENT), verdict="better", obj=28.0, delta=0.07)
+    _cmp(j, n, ("expert-prefetch", ABSENT), "better", 0.07, 0.03, 0.1)
+    n, shape = j.arm("confirm", ("expert-prefetch", ABSENT), verdict="better", obj=28.1, delta=0.07)
+    _cmp(j, n, ("expert-prefetch", ABSENT), "better", 0.07, 0.04, 0.1, boots=2)
+    j.j.append("incumbent", arm=n, shape=shape.to_dict(), score=SC(28.1), samples=[28.1],
+               change=["expert-prefetch", encode_value(ABSENT)], previous_value=encode_value(1))
+    j.inc = shape
+    j.arm("recheck", verdict="recheck", obj=28.0)
+    decided = {("expert-prefetch", 2): ("worse", -0.05, -0.08, -0.02), ("max-num-seqs", 2): ("parity", 0.0, -0.01, 0.008),
+               ("max-num-seqs", 3): ("undecided", 0.01, -0.02, 0.03), ("env.R4D_LRU_GATHER_CHUNKS", 32): ("worse", -0.1, -0.2, -0.05)}
+    for ch, (v, e, lo, hi) in decided.items():
+        n, _ = j.arm("probe", ch, verdict=v, obj=28.0 * (1 + e), delta=e)
+        _cmp(j, n, ch, v, e, lo, hi)
+    p = propose(j.state(), LEVERS, recheck_every=0)
+    assert p.kind == "probe" and p.change == ("max-num-seqs", 3) and "undecided" in p.why     # another boot
+    for boots in (2, 3):
+        n, _ = j.arm("probe", ("max-num-seqs", 3), verdict="undecided", obj=28.1, delta=0.004)
+        _cmp(j, n, ("max-num-seqs", 3), "undecided", 0.004, -0.01, 0.015, boots=boots)
+    p = propose(j.state(), LEVERS, recheck_every=0)          # every one decided or at its cap: re-examine
+    assert p.kind == "probe" and p.change == ("max-num-seqs", 3) and p.why.startswith("re-examine")
+    n, _ = j.arm("probe", ("max-num-seqs", 3), verdict="parity", obj=28.0, delta=0.0)
+    _cmp(j, n, ("max-num-seqs", 3), "parity", 0.0, -0.005, -0.001, boots=4)
+    p = propose(j.state(), LEVERS, recheck_every=0)
+    assert p.kind == "probe" and p.change == ("max-num-seqs", 2)                  # the next weakest evidence
+    n, _ = j.arm("probe", ("max-num-seqs", 2), verdict="parity", obj=28.0, delta=0.0)
+    _cmp(j, n, ("max-num-seqs", 2), "parity", 0.0, -0.005, -0.001, boots=2)
+    p = propose(j.state(), LEVERS, recheck_every=0)
+    assert p.kind == "start"                                                      # the closing head-to-head

@@ -24,6 +24,8 @@ from arms.secrets import Sealer
 
 from .arm_runner import ArmRunner
 from .compare import Side, compare, look_alpha
+from .sampler import OneChangeSampler, told_as
+from .sampler import tell as sampler_tell
 from .guard import Guard
 from .journal import Journal, decode_value, refuse_orphaned
 from .search import Proposal, apply, by_constraint, encode_value, propose
@@ -61,7 +63,17 @@ class CampaignLoop:
         folder = camp.folder
         folder.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(folder / "journal.jsonl", clock=host.wall, sealer=Sealer.of(camp.baseline, camp.raw))
-        self.study = open_study(folder / "optuna.journal", camp.name)
+        try:
+            er = self.error_rate
+        except (TypeError, ValueError):
+            er = None
+        if er is None or not 0 < er < 0.5:
+            raise ConfigError(f"{camp.path}: key 'noise.error_rate': {(camp.raw.get('noise') or {}).get('error_rate')!r} "
+                              "is not a probability in (0, 0.5); give e.g. 0.05 (the chance a night promotes "
+                              "anything that is not truly better)")
+        self.sampler = OneChangeSampler() if camp.search.mode != "joint" else None
+        self.study = open_study(folder / "optuna.journal", camp.name, sampler=self.sampler,
+                                metric=str(camp.search.objective))
         self.runner = ArmRunner.for_campaign(camp, host, profile)
         self.choices = ["(incumbent)"] + sorted(camp.levers)
 
@@ -107,7 +119,7 @@ class CampaignLoop:
 
     def _reconcile_optuna(self, st: State) -> None:
         self.study = sync_study(self.study, self.camp.folder / "optuna.journal", self.camp.name, st, self.choices,
-                                self.camp.levers)
+                                self.camp.levers, self.sampler, str(self.camp.search.objective))
         running = {t.number for t in self.study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING}
         by_trial = {a.trial: a for a in st.arms.values() if a.trial is not None}
         for t in self.study.get_trials(deepcopy=False):
@@ -125,6 +137,12 @@ class CampaignLoop:
         t = self.study.get_trials(deepcopy=False)[trial] if trial < len(self.study.get_trials(deepcopy=False)) else None
         if t is None or t.state != TrialState.RUNNING:
             return
+        if self.sampler is not None:            # the one-change study: its best trial is the incumbent
+            moved = next((r for r in self.journal.records if r["op"] == "incumbent" and r.get("arm") == end.get("arm")),
+                         None)
+            done = [x.value for x in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+            sampler_tell(self.study, trial, *told_as(end, moved, max(done) if done else None))
+            return
         obj = (end.get("score") or {}).get("objective")
         ok = end.get("verdict") not in ("interrupted", "invalid", "corrupt") and not str(end.get("verdict", "")).startswith("boot-failed")
         if ok and obj is not None:
@@ -136,7 +154,10 @@ class CampaignLoop:
     def _ask(self, p: Proposal) -> int:
         lever = p.change[0] if p.change else "(incumbent)"
         value = trial_attr(p.change) if p.change else p.kind
-        self.study.enqueue_trial({"lever": lever}, user_attrs={"value": value, "kind": p.kind})
+        if self.sampler is not None:
+            self.sampler.propose(p)             # the policy decides; the study's sampler hands it to Optuna
+        else:
+            self.study.enqueue_trial({"lever": lever}, user_attrs={"value": value, "kind": p.kind})
         trial = self.study.ask({"lever": CategoricalDistribution(self.choices)})
         return trial.number
 
@@ -177,7 +198,8 @@ class CampaignLoop:
                 self.on_arm(st, st.arms[max(st.arms)].end or {})
         verdict = self._verdict(st)
         self.journal.append("campaign_end", reason=reason, arms=len(st.arms),
-                            incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict)
+                            incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict,
+                            error_rate=self.error_rate, undecided=self._undecided(st))
         log.info("[campaign END] %s after %d arms%s", reason, len(st.arms), f" — {verdict}" if verdict else "")
         return Summary(reason, len(st.arms), st.incumbent.key(), (st.incumbent_score or Score(True, 0, None)).objective,
                        len(st.moves), verdict)
@@ -225,12 +247,16 @@ class CampaignLoop:
             return runs if c is not None and c.verdict == "undecided" else 0
         return more
 
-    def _converged(self, st: State) -> str:
+    def _undecided(self, st: State) -> list[str]:
+        """The challengers of the final incumbent whose latest comparison is undecided."""
         cmp = {}
         for r in st.comparisons:
             if r.get("change") and r["incumbent"] == st.incumbent.key():
-                cmp[tuple(json.dumps(x, sort_keys=True) for x in r["change"])] = r["comparison"]
-        undecided = sum(1 for c in cmp.values() if c["verdict"] == "undecided")
+                cmp[f"{r['change'][0]}={_fmt(decode_value(r['change'][1]))}"] = r["comparison"]["verdict"]
+        return sorted(k for k, v in cmp.items() if v == "undecided")
+
+    def _converged(self, st: State) -> str:
+        undecided = len(self._undecided(st))
         if undecided:
             return (f"converged: {undecided} challenger(s) still undecided at their boot cap, every other "
                     f"one decided at error rate {self.error_rate:g}")

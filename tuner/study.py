@@ -18,22 +18,13 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from arms.secrets import REDACTED, is_secret, looks_like_token, seal
-
 from .journal import encode_value, repair_tail
+from .sampler import told_as, trial_attr  # noqa: F401 - trial_attr: re-exported for the loop
 from .state import State
 
 log = logging.getLogger("tuner.study")
 
 FAILED = ("interrupted", "invalid", "corrupt")
-
-
-def trial_attr(change) -> str:
-    """A change's value as the study's trial attribute: its JSON, sealed (``arms.secrets``)."""
-    lever, value = change
-    if is_secret(str(lever)) or looks_like_token(value):
-        return json.dumps(REDACTED)
-    return seal(json.dumps(encode_value(value), sort_keys=True))
 
 
 def _storage(path: Path):
@@ -67,25 +58,52 @@ def set_aside(path: Path, why: str) -> Path:
     return dest
 
 
-def open_study(path: Path, name: str) -> optuna.Study:
+def _create(path: Path, name: str, sampler=None, metric: str | None = None, load: bool = True) -> optuna.Study:
+    study = optuna.create_study(study_name=name, storage=_storage(path), direction="maximize", load_if_exists=load,
+                                sampler=sampler)
+    if metric:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([metric])
+    return study
+
+
+def open_study(path: Path, name: str, sampler=None, metric: str | None = None) -> optuna.Study:
+    """The campaign's study (``sampler``: the search policy; ``metric``: the objective's name)."""
     path = Path(path)
     repair_tail(path)
     why = _loadable(path)
     if why:
         set_aside(path, why)
     try:
-        return optuna.create_study(study_name=name, storage=_storage(path), direction="maximize", load_if_exists=True)
+        return _create(path, name, sampler, metric)
     except Exception as e:      # noqa: BLE001 - whatever Optuna makes of a damaged file, the journal rebuilds it
         set_aside(path, f"Optuna cannot load it ({type(e).__name__}: {e})")
-        return optuna.create_study(study_name=name, storage=_storage(path), direction="maximize")
+        return _create(path, name, sampler, metric)
 
 
-def _expected(arm, choices: list[str], levers: dict) -> dict:
+def _expected_all(st: State, choices: list[str], levers: dict) -> dict[int, dict]:
+    """trial number -> the trial its arm's ask + tell left in the study, in trial order (the
+    one-change study chains the incumbent's value from trial to trial: ``sampler.told_as``)."""
+    moves = {m.get("arm"): m for m in st.moves}
+    out, best = {}, None
+    for a in sorted((a for a in st.arms.values() if a.trial is not None), key=lambda a: a.trial):
+        want = _expected(a, choices, levers, moves.get(a.n), best)
+        if want["state"] == TrialState.COMPLETE and want["value"] is not None and a.kind != "joint":
+            best = want["value"] if best is None else max(best, want["value"])
+        out[a.trial] = want
+    return out
+
+
+def _expected(arm, choices: list[str], levers: dict, moved: dict | None = None, best: float | None = None) -> dict:
     """The trial an arm's ask + tell left in the study."""
     end = arm.end or {}
     verdict = str(end.get("verdict") or "")
     obj = (end.get("score") or {}).get("objective")
     ok = arm.end is not None and verdict not in FAILED and not verdict.startswith("boot-failed") and obj is not None
+    inter = {}
     if arm.kind == "joint":
         params = {name: json.dumps(encode_value(arm.shape.value_of(name)), sort_keys=True) for name in levers}
         dists = {name: CategoricalDistribution([json.dumps(encode_value(v), sort_keys=True) for v in lv.values])
@@ -95,19 +113,28 @@ def _expected(arm, choices: list[str], levers: dict) -> dict:
         params = {"lever": arm.change[0] if arm.change else "(incumbent)"}
         dists = {"lever": CategoricalDistribution(choices)}
         attrs = {"value": trial_attr(arm.change) if arm.change else arm.kind, "kind": arm.kind}
+        if (arm.start or {}).get("why"):
+            attrs["why"] = arm.start["why"]
+        if arm.end is not None:                 # the one-change study: told as the sampler tells
+            state, value = told_as({"kind": arm.kind, **end}, moved, best)
+            if state == TrialState.PRUNED and value is not None:
+                inter = {0: value}
+            return {"params": params, "distributions": dists, "user_attrs": attrs, "state": state,
+                    "value": value if state == TrialState.COMPLETE else None, "intermediate_values": inter}
     state = TrialState.COMPLETE if ok else (TrialState.FAIL if arm.end is not None else TrialState.RUNNING)
     return {"params": params, "distributions": dists, "user_attrs": attrs, "state": state,
-            "value": obj if ok else None}
+            "value": obj if ok else None, "intermediate_values": inter}
 
 
 def _mismatch(study: optuna.Study, st: State, choices: list[str], levers: dict) -> str | None:
     trials = study.get_trials(deepcopy=False)
+    expected = _expected_all(st, choices, levers)
     for a in sorted(st.arms.values(), key=lambda a: a.n):
         if a.trial is None:
             continue
         if a.trial >= len(trials):
             return f"arm {a.n}'s trial {a.trial} is missing ({len(trials)} trials)"
-        t, want = trials[a.trial], _expected(a, choices, levers)
+        t, want = trials[a.trial], expected[a.trial]
         if {k: t.params.get(k) for k in want["params"]} != want["params"]:
             return f"trial {a.trial} has params {t.params}, arm {a.n} journaled {want['params']}"
         if t.state == TrialState.RUNNING:
@@ -117,22 +144,24 @@ def _mismatch(study: optuna.Study, st: State, choices: list[str], levers: dict) 
     return None
 
 
-def rebuild(path: Path, name: str, st: State, choices: list[str], levers: dict) -> optuna.Study:
+def rebuild(path: Path, name: str, st: State, choices: list[str], levers: dict, sampler=None,
+            metric: str | None = None) -> optuna.Study:
     """A fresh study at ``path`` whose trials are the arm journal's, numbered as journaled."""
-    study = optuna.create_study(study_name=name, storage=_storage(path), direction="maximize")
+    study = _create(path, name, sampler, metric, load=False)
     by_trial = {a.trial: a for a in st.arms.values() if a.trial is not None}
+    expected = _expected_all(st, choices, levers)
     for n in range(max(by_trial, default=-1) + 1):
         a = by_trial.get(n)
         if a is None:                        # asked, never journaled as an arm
             study.add_trial(create_trial(state=TrialState.FAIL, params={}, distributions={}))
             continue
-        want = _expected(a, choices, levers)
-        study.add_trial(create_trial(**want))
+        study.add_trial(create_trial(**expected[n]))
     log.warning("[study] %s rebuilt from the arm journal: %d trials", path, len(by_trial))
     return study
 
 
-def sync_study(study: optuna.Study, path: Path, name: str, st: State, choices: list[str], levers: dict) -> optuna.Study:
+def sync_study(study: optuna.Study, path: Path, name: str, st: State, choices: list[str], levers: dict,
+               sampler=None, metric: str | None = None) -> optuna.Study:
     """The study, or — when it disagrees with the arm journal — a rebuilt one (the old file set aside)."""
     why = _mismatch(study, st, choices, levers)
     if why is None:
@@ -140,4 +169,4 @@ def sync_study(study: optuna.Study, path: Path, name: str, st: State, choices: l
     path = Path(path)
     if path.exists():
         set_aside(path, f"it disagrees with the arm journal ({why})")
-    return rebuild(path, name, st, choices, levers)
+    return rebuild(path, name, st, choices, levers, sampler, metric)
