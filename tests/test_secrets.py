@@ -79,11 +79,14 @@ def _moves(folder):
 def test_a_campaign_with_secrets_decides_as_one_without_and_leaks_them_nowhere(tmp_path):
     runs = {}
     for secrets in (False, True):
-        name = "sealed" if secrets else "plain"
-        path = _campaign(tmp_path, name, secrets)
+        # one campaign name in two places: the simulated engine's noise follows the container's
+        # name, so the two nights see the same noise and only the secrets differ
+        where = tmp_path / ("sealed" if secrets else "plain")
+        where.mkdir()
+        path = _campaign(where, "night", secrets)
         r = _tuner("-v", "run", path, "--simulated")
         assert r.returncode == 0, r.stderr[-3000:]
-        folder = tmp_path / "journal" / name
+        folder = where / "journal" / "night"
         assert _tuner("report", folder).returncode == 0
         for fmt in ("csv", "jsonl"):
             assert _tuner("export", folder, "--format", fmt).returncode == 0

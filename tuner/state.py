@@ -9,7 +9,7 @@ from arms.errors import ConfigError
 from arms.secrets import REDACTED
 from arms.shape import Shape
 
-from .journal import decode_value
+from .journal import decode_value, encode_value
 from .records import ArmEnd, ArmStart, CampaignEnd, CampaignStart, Compare, Guard, IncumbentMove, Record, Told, decode
 from .verdict import NoiseBand, Score
 
@@ -186,6 +186,15 @@ def _shape(d: dict, cache: dict | None) -> Shape:
     return got
 
 
+def _real_change(st: State, raw: dict) -> dict:
+    """A journaled record whose ``change`` names its arm's real change (a secret lever value is
+    sealed on disk; the search compares values, so it reads the real one from the replayed arm)."""
+    a = st.arms.get(raw.get("arm"))
+    if a is None or a.change is None or not raw.get("change"):
+        return raw
+    return {**raw, "change": [a.change[0], encode_value(a.change[1])]}
+
+
 def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None = None) -> None:
     """Fold one journal record (typed, ``tuner.records``, or its JSON object) into ``st``:
     replay is this, record after record."""
@@ -231,9 +240,9 @@ def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None =
         sc = rec.score
         st.incumbent_score = Score(sc["feasible"], sc["violation"], sc["objective"])
         st.samples = [x for x in rec.samples if x is not None]
-        st.moves.append(rec.raw)
+        st.moves.append(_real_change(st, rec.raw))
     elif isinstance(rec, Compare):
-        st.comparisons.append(rec.raw)
+        st.comparisons.append(_real_change(st, rec.raw))
     elif isinstance(rec, Guard):
         st.guard.append(rec.raw)
     elif isinstance(rec, CampaignEnd):

@@ -120,7 +120,8 @@ def _expected(arm, choices: list[str], levers: dict, moved: dict | None = None, 
             if state == TrialState.PRUNED and value is not None:
                 inter = {0: value}
             return {"params": params, "distributions": dists, "user_attrs": attrs, "state": state,
-                    "value": value if state == TrialState.COMPLETE else None, "intermediate_values": inter}
+                    "value": value if state in (TrialState.COMPLETE, TrialState.PRUNED) else None,
+                    "intermediate_values": inter}
     state = TrialState.COMPLETE if ok else (TrialState.FAIL if arm.end is not None else TrialState.RUNNING)
     return {"params": params, "distributions": dists, "user_attrs": attrs, "state": state,
             "value": obj if ok else None, "intermediate_values": inter}
