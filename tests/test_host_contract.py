@@ -126,3 +126,17 @@ def test_duplicate_name_is_refused(env):
             host.start(spec(ref, "tuner-contract-arm4"))
     finally:
         host.remove(cid)
+
+
+def test_port_holder_names_our_running_container_and_a_free_port_has_none(env):
+    host, _, ref = env
+    s = spec(ref, "tuner-contract-arm5")
+    port = int(s.command[s.command.index("--port") + 1])
+    assert host.port_holder(free_port()) is None
+    cid = host.start(s)
+    try:      # podman: once the engine in it listens (host networking); the others at once
+        assert wait_for(lambda: (host.port_holder(port) or "").startswith("container tuner-contract-arm5"),
+                        timeout=60), host.port_holder(port)
+    finally:
+        host.remove(cid)
+    assert wait_for(lambda: host.port_holder(port) is None)
