@@ -65,7 +65,7 @@ def probe_once(client: httpx.Client, base_url: str, probe: ReadinessProbe, model
     except httpx.HTTPError as e:
         return False, f"health: {type(e).__name__}"
     if r.status_code != 200:
-        return False, f"health: {r.status_code}"
+        return False, f"health: HTTP {r.status_code}{_snippet(r)}"
     body = {"prompt": probe.prompt, "max_tokens": probe.max_tokens, "temperature": 0}
     if model:
         body["model"] = model
@@ -74,12 +74,18 @@ def probe_once(client: httpx.Client, base_url: str, probe: ReadinessProbe, model
     except httpx.HTTPError as e:
         return False, f"completion: {type(e).__name__}"
     if c.status_code != 200:
-        return False, f"completion: {c.status_code}"
+        return False, f"completion: HTTP {c.status_code}{_snippet(c)}"
     try:
         text = c.json()["choices"][0].get(probe.text_key) or ""
     except (ValueError, KeyError, IndexError, TypeError):
         return False, "completion: malformed body"
     return (bool(text), "completion: text" if text else "completion: empty text")
+
+
+def _snippet(r: httpx.Response) -> str:
+    """The start of an error body on one line, for the reason a boot never became ready."""
+    text = " ".join(r.text.split())[:120]
+    return f" {text!r}" if text else ""
 
 
 def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
