@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from pathlib import Path
 from typing import Iterator
 
@@ -18,7 +19,7 @@ from .flags import flags_not_applied
 from .host import Host
 from .lifecycle import Booted, booted, container_spec
 from .profiles import EngineProfile
-from .readiness import ReadinessProbe
+from .readiness import ReadinessProbe, bind_failure
 from .secrets import seal
 from .shape import ABSENT, Shape
 
@@ -81,6 +82,17 @@ def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str,
     folder.mkdir(parents=True, exist_ok=True)
     spec = container_spec(shape, campaign=campaign, arm=arm, style=profile.family, extra_env=extra_env)
     tag = f"arm {arm}"
+    holder = _port_holder(host, shape.port)
+    if holder:                         # refused before booting: the holder would answer for it
+        report = BootReport(outcome="port-in-use", profile=profile.name, evidence=(
+            f"port {shape.port} is already held by {holder}; stop it or give the campaign another "
+            f"baseline.port",))
+        result = BootResult(arm=str(arm), shape=shape, report=report, boot_s=0.0,
+                            log_path=folder / "boot.log")
+        (folder / "boot.json").write_text(json.dumps(result.to_dict(), indent=1, default=str))
+        log.warning("[%s BOOT port-in-use] %s", tag, report.evidence[0])
+        yield result, None
+        return
     with booted(host, spec, log_path=folder / "boot.log", port=shape.port, probe=probe_for(profile),
                 timeout_s=limits.timeout_s, hang_s=limits.hang_s, poll_s=limits.poll_s, tag=tag) as b:
         st = b.ready.state
@@ -102,7 +114,10 @@ def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str,
                                 evidence=(f"boot-log parser failed: {type(e).__name__}: {str(e)[:300]}",),
                                 exit_code=st.exit_code if st and st.exited else None)
             parsed = False
-        if parsed and b.ready.ready and not report.ready:
+        bind = bind_failure(text) if not report.ready or b.ready.outcome == "port-in-use" else None
+        if bind is not None:           # the engine could not bind its port: whoever answered was not it
+            report = _replace(report, outcome="port-in-use", evidence=(bind,))
+        elif parsed and b.ready.ready and not report.ready:
             # the server answers and completes: the log format is unfamiliar, not a failure
             report = _as_ready(report)
         not_applied = flags_not_applied(changed_flags(shape, changes or {}), report.non_default_args,
@@ -115,6 +130,11 @@ def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str,
         log.info("[%s BOOT %s] in %.1f s%s", tag, verdict, result.boot_s,
                  f" — {report.evidence[0]}" if report.evidence and not result.ready else "")
         yield result, b
+
+
+def _port_holder(host: Host, port: int) -> str | None:
+    holder = getattr(host, "port_holder", None)      # optional for hosts written before it
+    return holder(port) if callable(holder) else None
 
 
 def _as_ready(report: BootReport) -> BootReport:

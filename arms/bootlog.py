@@ -13,7 +13,7 @@ to clean lines, apply the profile's patterns and decide the outcome:
 
 Total and bounded: any text parses without an exception, in time linear in its length (every
 profile regex is linear-time; tests/test_bootlog.py and bench/parser_timing.py hold them to it).
-A log longer than ``MAX_LOG_CHARS`` is cut to its head and tail (``clipped_chars`` says how
+A log longer than ``MAX_LOG_CHARS`` (8 MiB) is cut to its head and tail (``clipped_chars`` says how
 much went), a line longer than ``MAX_LINE_CHARS`` to its head, and a number that does not
 parse (``1.2.3 GiB``) becomes None with its raw text kept in ``unparsed``.
 
@@ -39,7 +39,7 @@ from arms.profiles import OOM_FIELDS, PLAN_FIELDS, REPORT_FIELDS, EngineProfile,
 __all__ = ["BootReport", "parse_boot_log", "clean_log_lines", "OUTCOME_HINTS"]
 
 OUTCOME_HINTS = ("boot-timeout", "hang")
-MAX_LOG_CHARS = 16 << 20          # head + tail kept of a longer log
+MAX_LOG_CHARS = 8 << 20           # head + tail kept of a longer log
 MAX_LINE_CHARS = 64 << 10         # a longer line keeps its head
 _CONVERT_ERRORS = (ValueError, TypeError, OverflowError, ArithmeticError)
 _EVIDENCE_MAX = 3

@@ -135,6 +135,11 @@ class Host(Protocol):
     def http_client(self, cid: str, timeout: float = 30.0) -> "httpx.Client":
         """An httpx client that reaches the engine (a simulated host answers in-process)."""
 
+    def port_holder(self, port: int) -> str | None:
+        """Who already listens on TCP ``port`` where the engine would bind ("container NAME
+        (pid N: command)", "pid N (command)"), None when it is free. An arm is refused before
+        it boots on a held port (class ``port-in-use``)."""
+
     def now(self) -> float:
         """The host's monotonic clock in seconds (a simulated host's clock is virtual)."""
 

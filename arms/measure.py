@@ -77,6 +77,7 @@ class RunResult:
     prefill_tok_s: float | None = None
     chunks: int = 0                    # SSE chunks with text (evidence only)
     engine_decode_tok_s: float | None = None   # llama.cpp timings.predicted_per_second
+    engine_prefill_tok_s: float | None = None  # llama.cpp timings.prompt_per_second
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,8 @@ def classify(s: CompletionStream, asked: int, *, ignores_eos: bool,
     timed = s.ttft_s is not None and s.wall_s is not None and s.wall_s > s.ttft_s >= 0
     decode = comp / (s.wall_s - s.ttft_s) if timed and comp is not None and comp > 1 else None
     prefill = prompt / s.ttft_s if prompt is not None and s.ttft_s and s.ttft_s > 0 else None
-    engine = (s.timings or {}).get("predicted_per_second")
+    timings = s.timings if isinstance(s.timings, dict) else {}
+    engine, engine_prefill = timings.get("predicted_per_second"), timings.get("prompt_per_second")
     if s.error:
         reason = s.error
     elif s.usage is None:
@@ -269,7 +271,8 @@ def classify(s: CompletionStream, asked: int, *, ignores_eos: bool,
         reason = None
     return RunResult(decode, s.ttft_s, comp, prompt, s.finish_reason, reason is None,
                      reason, s.wall_s, s.text, prefill, s.chunks,
-                     float(engine) if type(engine) in (int, float) else None)
+                     float(engine) if type(engine) in (int, float) else None,
+                     float(engine_prefill) if type(engine_prefill) in (int, float) else None)
 
 
 # -- /metrics ---------------------------------------------------------------------------------
@@ -367,7 +370,8 @@ def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
         def run(depth: int, n: int) -> RunResult:
             body: dict[str, Any] = {"prompt": built[depth].payload, "max_tokens": n,
                                     "temperature": plan.temperature, "stream": True,
-                                    "stream_options": {"include_usage": True}}
+                                    "stream_options": {"include_usage": True},
+                                    **dict(api.cache_off)}     # prefill and TTFT are the engine's real ones
             if model:
                 body["model"] = model
             s = stream_completion(client, base + api.completions_path, body, clock=clock,

@@ -92,7 +92,7 @@ CLASSES = frozenset({
     "oom", "insufficient-memory-for-utilization", "kv-too-small", "bad-argument",
     "constraint-violation", "compile-or-graph-failure", "model-load-failed",
     "engine-init-failed", "no-gpu", "unsupported", "distributed", "host-oom-killed",
-    "boot-timeout", "hang", "unknown"})
+    "boot-timeout", "hang", "port-in-use", "unknown"})
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ class EngineAPI:
     metrics_path: str | None = "/metrics"
     accepts_token_ids: bool = True              # completions take a list of ids as the prompt
     ignores_eos: bool = False                   # the engine always produces max_tokens
+    cache_off: tuple[tuple[str, Any], ...] = ()  # completion body keys that defeat the prompt cache
     spec_drafts_metric: str | None = None
     spec_draft_tokens_metric: str | None = None
     spec_accepted_metric: str | None = None
@@ -56,7 +57,7 @@ VLLM_API = EngineAPI(
 LLAMACPP_API = EngineAPI(
     name="llamacpp", tokenize_request_key="content",
     tokenize_extra=(("add_special", True), ("with_pieces", False)),
-    accepts_token_ids=False,
+    accepts_token_ids=False, cache_off=(("cache_prompt", False),),
     spec_drafts_metric="llamacpp:spec_decode_num_drafts_total",
     spec_draft_tokens_metric="llamacpp:spec_decode_num_draft_tokens_total",
     spec_accepted_metric="llamacpp:spec_decode_num_accepted_tokens_total")
@@ -74,6 +75,7 @@ def api_from_profile(profile: Any, *, accepts_token_ids: bool | None = None) -> 
         completions_path=getattr(profile, "completion_path", "/v1/completions"),
         accepts_token_ids=family == "vllm" if accepts_token_ids is None else accepts_token_ids,
         ignores_eos=bool(profile.ignores_eos),
+        cache_off=(("cache_prompt", False),) if family == "llamacpp" else (),
         spec_drafts_metric=spec.get("drafts"), spec_draft_tokens_metric=spec.get("draft_tokens"),
         spec_accepted_metric=spec.get("accepted_tokens"))
 

@@ -1,12 +1,15 @@
 """Readiness: the health endpoint answers AND a tiny real completion returns text.
 
 A 200 from /health alone is not readiness (seed 004: servers answer health while unable to
-serve). The wait ends early when the container dies (its exit code is the evidence), when the
+serve), and an answer is the booted engine's only while its container runs and its log shows
+no failure to bind the port (``port-in-use``: with host networking, whoever held the port
+would answer for it). The wait ends early when the container dies (its exit code is the evidence), when the
 boot log stops growing for ``hang_s`` (a hang), or at ``timeout_s`` (a boot timeout). Clock and
 sleep are parameters so tests control time.
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -16,10 +19,27 @@ import httpx
 from . import httpio
 from .host import ContainerState, Host, LogFollower
 
+LOG_TAIL = 1 << 20        # how much of the boot log (head + tail) each readiness poll reads
+
+
+# the engine could not bind its port (uvicorn, cpp-httplib, Go/Rust servers, raw errno text)
+BIND_FAILURE = re.compile(r"[Aa]ddress already in use|EADDRINUSE|couldn't bind HTTP server socket|"
+                          r"failed to bind|[Cc]ould not bind|error while attempting to bind")
+
+
+def bind_failure(log_text: str) -> str | None:
+    """The first log line saying the server could not bind its port, or None."""
+    m = BIND_FAILURE.search(log_text)
+    if m is None:
+        return None
+    start = log_text.rfind("\n", 0, m.start()) + 1
+    end = log_text.find("\n", m.end())
+    return log_text[start:end if end >= 0 else len(log_text)].strip()[:300]
+
 
 @dataclass(frozen=True)
 class ReadyResult:
-    outcome: str                  # "ready" | "exited" | "boot-timeout" | "hang"
+    outcome: str                  # "ready" | "exited" | "port-in-use" | "boot-timeout" | "hang"
     seconds: float                # from start of the wait to the outcome
     state: ContainerState | None = None
     detail: str = ""
@@ -45,7 +65,7 @@ def probe_once(client: httpx.Client, base_url: str, probe: ReadinessProbe, model
     except httpx.HTTPError as e:
         return False, f"health: {type(e).__name__}"
     if r.status_code != 200:
-        return False, f"health: {r.status_code}"
+        return False, f"health: HTTP {r.status_code}{_snippet(r)}"
     body = {"prompt": probe.prompt, "max_tokens": probe.max_tokens, "temperature": 0}
     if model:
         body["model"] = model
@@ -54,12 +74,18 @@ def probe_once(client: httpx.Client, base_url: str, probe: ReadinessProbe, model
     except httpx.HTTPError as e:
         return False, f"completion: {type(e).__name__}"
     if c.status_code != 200:
-        return False, f"completion: {c.status_code}"
+        return False, f"completion: HTTP {c.status_code}{_snippet(c)}"
     try:
         text = c.json()["choices"][0].get(probe.text_key) or ""
     except (ValueError, KeyError, IndexError, TypeError):
         return False, "completion: malformed body"
     return (bool(text), "completion: text" if text else "completion: empty text")
+
+
+def _snippet(r: httpx.Response) -> str:
+    """The start of an error body on one line, for the reason a boot never became ready."""
+    text = " ".join(r.text.split())[:120]
+    return f" {text!r}" if text else ""
 
 
 def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
@@ -77,8 +103,18 @@ def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
             st = host.state(cid)
             if st.exited:
                 return ReadyResult("exited", now - t0, st, f"container exited with code {st.exit_code}")
+            bind = bind_failure(logs.text(LOG_TAIL))
+            if bind:
+                return ReadyResult("port-in-use", now - t0, st, bind)
             ok, seen = probe_once(client, base_url, probe, model)
-            if ok:
+            if ok:                    # the answer counts only if our container still runs and bound
+                st = host.state(cid)
+                if st.exited:
+                    return ReadyResult("exited", clock() - t0, st,
+                                       f"container exited with code {st.exit_code} (something else answered)")
+                bind = bind_failure(logs.text(LOG_TAIL))
+                if bind:
+                    return ReadyResult("port-in-use", clock() - t0, st, bind)
                 return ReadyResult("ready", clock() - t0, st, seen)
             size = logs.path.stat().st_size if logs.path.exists() else 0
             if size != last_size:

@@ -138,6 +138,18 @@ class FakeHost(RealTime):
                 out.append((cid, have))
         return out
 
+    def port_holder(self, port: int) -> str | None:
+        """A running fake container started with ``--port <port>``, else whatever really
+        listens on the port here (a read-only look at this machine)."""
+        from .ports import port_holder
+
+        for cid, c in self.containers.items():
+            cmd = list(c.spec.command)
+            if c.status == "running" and any(a == "--port" and cmd[i + 1:i + 2] == [str(port)]
+                                             for i, a in enumerate(cmd)):
+                return f"container {c.spec.name} ({cid[:12]})"
+        return port_holder(port)
+
     def unit(self, name: str, action: str) -> str:
         """Recorded unit control: a unit starts as whatever ``units`` says (default inactive)."""
         self.unit_calls.append((name, action))

@@ -258,3 +258,20 @@ class PodmanHost(RealTime, Systemctl):
     def list_managed(self, labels: dict[str, str] | None = None) -> list[tuple[str, dict[str, str]]]:
         filters = [f"label={LABEL_MANAGED}=1"] + [f"label={k}={v}" for k, v in (labels or {}).items()]
         return [(c.id, dict(c.labels or {})) for c in self.client.containers.list(all=True, filters=filters)]
+
+    def port_holder(self, port: int) -> str | None:
+        from .ports import ancestry, describe_pid, listener_pid
+
+        pid = listener_pid(port)
+        if pid is None:
+            return None
+        if pid is True:
+            return "an unknown process (not visible to this user)"
+        family = ancestry(pid)
+        try:
+            for c in self.client.containers.list():
+                if (c.attrs.get("Pid") or (c.attrs.get("State") or {}).get("Pid")) in family:
+                    return f"container {c.name} ({c.id[:12]}), {describe_pid(pid)}"
+        except Exception as e:        # podman answered badly: the pid alone still names the holder
+            log.debug("container list for the port holder failed: %s", e)
+        return describe_pid(pid)

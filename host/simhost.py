@@ -401,6 +401,13 @@ class SimHost:
     def access(self, ctr: _Ctr, method: str, path: str, status: int) -> None:
         self._emit(ctr, access_line("127.0.0.1", next(self._ports), method, path, status))
 
+    def port_holder(self, port: int) -> str | None:
+        """A running simulated container on ``port`` (the network is virtual: nothing real counts)."""
+        for cid, c in list(self.containers.items()):
+            if c.port == port and self.state(cid).running:
+                return f"container {c.spec.name} ({cid[:12]})"
+        return None
+
 
 class _Lines(io.TextIOBase):
     """A text stream that files each whole line under the container at the boot's time."""

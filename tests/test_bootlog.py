@@ -428,8 +428,8 @@ def test_every_profile_regex_is_linear_on_adversarial_lines() -> None:
     """Each regex of every shipped profile on a line of one repeated unit (common characters,
     and every literal piece of the regex itself: the trap of `\\S+ model buffer size =` or
     `X.*Y`), 4k and 32k characters long: linear time grows 8x, quadratic 64x. A complexity
-    check, not a speed target: only a search over 20 ms at 32k characters is compared at all
-    (the quadratic ones took 0.5-30 s there), the best of three timings each. Absolute times
+    check, not a speed target: only a search over 0.1 s at 32k characters is compared at all
+    (the quadratic ones took 0.3-7 s there), the best of three timings each. Absolute times
     are in bench/parser_timing.py."""
     from arms.profiles import PROFILE_DIR
 
@@ -439,8 +439,8 @@ def test_every_profile_regex_is_linear_on_adversarial_lines() -> None:
     for pat in pats.values():
         for unit in (*GENERIC_UNITS, *sorted(_prefixes(pat))):
             reps = 32768 // len(unit) + 1
-            if _search_s(pat, unit * reps, 1) > 0.02 and all(     # three rounds: a busy CI runner
-                    (big := _search_s(pat, unit * reps)) > 0.02
+            if _search_s(pat, unit * reps, 1) > 0.1 and all(      # three rounds: a busy CI runner
+                    (big := _search_s(pat, unit * reps)) > 0.1
                     and big / max(_search_s(pat, unit * (reps // 8)), 1e-6) > 25 for _ in range(3)):
                 bad.append(f"{pat.pattern[:60]!r} on {unit!r}: {big:.2f} s at 32k characters")
     assert len(pats) > 40 and not bad, bad

@@ -145,3 +145,17 @@ def test_probes_around_a_container_and_the_wall_clock(env):
     finally:
         host.remove(cid)
     assert 1.6e9 < w0 <= host.wall()
+
+
+def test_port_holder_names_our_running_container_and_a_free_port_has_none(env):
+    host, _, ref = env
+    s = spec(ref, "tuner-contract-arm5")
+    port = int(s.command[s.command.index("--port") + 1])
+    assert host.port_holder(free_port()) is None
+    cid = host.start(s)
+    try:      # podman: once the engine in it listens (host networking); the others at once
+        assert wait_for(lambda: (host.port_holder(port) or "").startswith("container tuner-contract-arm5"),
+                        timeout=60), host.port_holder(port)
+    finally:
+        host.remove(cid)
+    assert wait_for(lambda: host.port_holder(port) is None)

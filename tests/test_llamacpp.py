@@ -199,3 +199,32 @@ def test_the_boot_log_parser_reads_a_real_llama_server_log(llama_server):
     rep = parse_boot_log(boot_section(log.read_text(errors="replace")), load_profile("llamacpp"))
     assert rep.outcome == "ready", rep.evidence
     assert rep.plan.get("model_buffer_mib") and rep.plan.get("kv_buffer_mib") is not None
+
+
+def test_ten_consecutive_measured_runs_lose_nothing_and_match_the_servers_own_timings(llama_server):
+    """Issue 11: ten measured runs in a row on one server, 0 lost (a fresh connection per
+    request); each run's prompt evaluated in full (``cache_prompt: false``: llama-server's
+    ``prompt_n`` is the whole depth, never the 1 token a cached prompt costs), so the prefill
+    figure usage.prompt_tokens / TTFT is within 5 % of the server's ``prompt_per_second`` and
+    the decode figure within 2 % of its ``predicted_per_second`` (all but a scheduling hiccup on
+    a busy 2-core runner: at least 8 of 10 runs within 2 %, every run within 5 %, the median
+    within 2 %). Observed on a quiet machine: decode +0.4..+0.9 %, prefill -0.7..-0.1 %."""
+    from arms.measure import LLAMACPP_API, MeasurePlan, measure_engine
+    from arms.prompts import PromptCache
+
+    base, _, _ = llama_server
+    depth = 512                    # ~0.15 s of prompt eval: loopback latency is well under 1 %
+    m = measure_engine(base, MeasurePlan(depths=(depth,), runs=10, warm_tokens=32, max_tokens=MAX_TOKENS,
+                                         max_invalid_per_depth=0), LLAMACPP_API, prompts=PromptCache())
+    assert m.outcome == "measured", m.reason
+    runs = m.depths[depth].runs
+    assert len(runs) == 10 and all(r.valid and r.prompt_tokens == depth for r in runs), runs
+    dec = [r.decode_tok_s / r.engine_decode_tok_s - 1 for r in runs]
+    pre = [r.prefill_tok_s / r.engine_prefill_tok_s - 1 for r in runs]
+    for i, r in enumerate(runs):
+        print(f"run {i + 1}: decode {r.decode_tok_s:.1f} vs {r.engine_decode_tok_s:.1f} ({dec[i]:+.2%}), "
+              f"prefill {r.prefill_tok_s:.1f} vs {r.engine_prefill_tok_s:.1f} ({pre[i]:+.2%}), ttft {r.ttft_s * 1e3:.1f} ms")
+    print(f"median decode {statistics.median(dec):+.2%}, median prefill {statistics.median(pre):+.2%}")
+    assert all(abs(x) < 0.05 for x in pre), pre
+    assert all(abs(x) < 0.05 for x in dec) and sum(abs(x) < 0.02 for x in dec) >= 8, dec
+    assert abs(statistics.median(dec)) < 0.02, dec
