@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -84,6 +84,7 @@ _SCHEMA: dict[str, Any] = {
     "compile_cache": {"hit": str, "miss": str},
     "oom_detail": str,
     "failures": list, "failures_extra": list,
+    "flags": {"*": dict},
 }
 _REQUIRED = ("name", "family", "readiness.health_path", "readiness.completion_path",
              "readiness.tokenize_path", "readiness.tokenize_request_key",
@@ -137,6 +138,7 @@ class EngineProfile:
     compile_miss_pattern: re.Pattern | None
     oom_pattern: re.Pattern | None
     failures: tuple[FailureSignature, ...]
+    flags: Mapping[str, Any] = field(default_factory=dict)   # arms.spellings: lever -> spellings
 
     def __hash__(self) -> int:
         return hash((self.name, self.source))
@@ -337,4 +339,5 @@ def _build(data: dict, origins: Mapping[str, str], source: str) -> EngineProfile
         compile_miss_pattern=_compile(data, origins, "compile_cache.miss"),
         oom_pattern=_compile(data, origins, "oom_detail", groups=OOM_FIELDS),
         failures=tuple(failures),
+        flags=MappingProxyType(dict(data.get("flags") or {})),
     )

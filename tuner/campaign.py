@@ -163,6 +163,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
         if lever.name in levers:
             raise _err(p, f"levers.{lname}", "this lever is listed twice; keep one")
         levers[lever.name] = lever
+    baseline, levers = _canonical_flags(p, engine, raw.get("profile"), baseline, levers)
     boot_raw = raw.get("boot") or {}
     if not isinstance(boot_raw, dict) or set(boot_raw) - BOOT_KEYS:
         raise _err(p, "boot", f"known keys: {', '.join(sorted(BOOT_KEYS))}")
@@ -178,6 +179,29 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     return Campaign(path=p, name=name, engine=engine, podman=podman, baseline=baseline, levers=levers,
                     boot=boot, folder=folder, raw=raw, profile_overrides=prof, measure=_measure(p, raw),
                     search=_search(p, raw), production=_production(p, raw))
+
+
+def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers: dict[str, Lever]):
+    """llama.cpp: one lever name per flag (``ngl``, ``-ngl`` and ``gpu-layers`` are
+    ``n-gpu-layers``), from the profile's flag table (arms.spellings)."""
+    from arms.profiles import load_profile
+    from arms.spellings import FlagTable
+
+    try:
+        profile = load_profile(engine, overrides if isinstance(overrides, dict) else None)
+    except ConfigError:
+        return baseline, levers            # `tuner check` reports a bad profile
+    if profile.family != "llamacpp" or not profile.flags:
+        return baseline, levers
+    table = FlagTable.from_mapping(profile.flags, profile.source)
+    baseline = table.canonical_shape(baseline, f"{path}: key 'baseline'")
+    out: dict[str, Lever] = {}
+    for name, lever in levers.items():
+        lever = table.canonical_lever(lever)
+        if lever.name in out:
+            raise _err(path, f"levers.{name}", f"this is the lever {lever.name} again (another spelling); keep one")
+        out[lever.name] = lever
+    return baseline, out
 
 
 def _production(path: Path, raw: dict):
