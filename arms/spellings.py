@@ -233,11 +233,8 @@ class FlagTable:
                 raise ConfigError(f"{where}: args {seen[lever]!r} and {name!r} are the same flag "
                                   f"({lever}); keep one")
             seen[lever] = name
-            hit = self.lookup(name)
-            if hit is not None and not hit[1] and isinstance(value, bool):
-                value = not value
-            args.append((lever, value))
-        if [n for n, _ in args] == [n for n, _ in shape.args]:
+            args.append((lever, self.canonical_value(name, value)))
+        if args == list(shape.args):
             return shape
         import dataclasses
 
@@ -247,13 +244,23 @@ class FlagTable:
         if lever.kind == "env":
             return lever
         name = self.canonical(lever.name)
-        if name == lever.name:
+        values = tuple(self.canonical_value(lever.name, v) for v in lever.values)
+        if name == lever.name and values == lever.values:
             return lever
-        hit = self.lookup(lever.name)
-        values = lever.values
-        if hit is not None and not hit[1]:
-            values = tuple(not v if isinstance(v, bool) else v for v in values)
         return Lever(name, values, lever.numerics)
+
+    def canonical_value(self, name: str, value: Any) -> Any:
+        """A value as the canonical lever holds it: ``no-mmap: true`` is ``mmap: false``,
+        ``flash-attn: "on"`` is ``flash-attn: true`` (both render ``-fa on``)."""
+        hit = self.lookup(name)
+        if hit is None:
+            return value
+        spec, positive = hit
+        if spec.words and isinstance(value, str) and value in spec.words:
+            value = value == spec.words[0]
+        if not positive and isinstance(value, bool):
+            value = not value
+        return value
 
 
 @lru_cache(maxsize=8)
