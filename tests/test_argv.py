@@ -222,3 +222,17 @@ levers:
     path.write_text(path.read_text().replace("ngl: 99,", "ngl: 99, n-gpu-layers: 9,"))
     with pytest.raises(ConfigError, match="same flag"):
         load_campaign(path)
+
+
+def test_check_names_a_missing_model_before_any_boot(tmp_path, capsys):
+    from tuner import cli
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"""name: nomodel
+engine: llamacpp
+baseline: {{image: "{IMAGE}", model: /models/not-here.gguf, args: {{ngl: 0}}}}
+levers: {{threads: [1, 2]}}
+""")
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "model /models/not-here.gguf does not exist on this host" in err and len(err.strip().splitlines()) == 1

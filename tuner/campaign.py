@@ -285,3 +285,15 @@ def check_paths(shape: Shape) -> None:
     for d in shape.devices:
         if d.startswith("/") and not Path(d).exists():
             raise ConfigError(f"device {d} does not exist on this host (CDI names like nvidia.com/gpu=all are passed as-is)")
+
+
+def check_model_path(shape: Shape, family: str) -> None:
+    """llama.cpp loads a GGUF file: an absolute model path must exist on this host (the baseline
+    mounts it read-only) or lie under a mount, else every arm would fail model-load-failed."""
+    model = shape.model
+    if family != "llamacpp" or not model.startswith("/") or Path(model).exists():
+        return
+    if any(model == m.target or model.startswith(m.target.rstrip("/") + "/") for m in shape.mounts):
+        return
+    raise ConfigError(f"model {model} does not exist on this host and no mount provides it; "
+                      "give the GGUF's host path (it is mounted read-only at the same path)")
