@@ -23,7 +23,7 @@ TOP_KEYS = {"search", "name", "engine", "podman", "baseline", "levers", "boot", 
             "description"}
 BOOT_KEYS = {"timeout_s", "hang_s", "poll_s"}
 MEASURE_KEYS = {"depths", "runs", "warm_tokens", "max_tokens", "run_timeout_s", "idle_timeout_s",
-                "max_invalid_per_depth", "telemetry", "sweep", "link_gbs", "probe_interval_s"}
+                "max_invalid_per_depth", "telemetry", "sweep", "link_gbs", "probe_interval_s", "membw_gbs"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -264,7 +264,7 @@ def _measure(path: Path, raw: dict):
     for k in m:
         if k not in MEASURE_KEYS:
             raise _err(path, f"measure.{k}", f"unknown key (known: {', '.join(sorted(MEASURE_KEYS))})")
-    kw = {k: v for k, v in m.items() if k not in ("telemetry", "sweep", "link_gbs", "probe_interval_s")}
+    kw = {k: v for k, v in m.items() if k not in ("telemetry", "sweep", "link_gbs", "probe_interval_s", "membw_gbs")}
     if "depths" in kw:
         if not isinstance(kw["depths"], list):
             raise _err(path, "measure.depths", "must be a list of prompt lengths in tokens, e.g. [166, 1087, 4064]")
