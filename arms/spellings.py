@@ -151,6 +151,15 @@ class FlagTable:
         hit = self.lookup(name)
         return hit[0].lever if hit else name.strip().lstrip("-")
 
+    def env_mapping(self, levers) -> dict[str, str]:
+        """lever -> its LLAMA_ARG_* variable, for the levers that have one (an env-file promotion)."""
+        out = {}
+        for name in levers:
+            hit = self.lookup(name)
+            if hit and hit[0].env:
+                out[hit[0].lever] = hit[0].env
+        return out
+
     def env_lever(self, env_name: str) -> str | None:
         spec = self._by_env.get(env_name)
         return spec.lever if spec else None
