@@ -135,3 +135,32 @@ def test_a_campaign_on_the_real_llama_server(tmp_path, podman_host, llama_image,
     text = (tmp_path / "journal" / name / "REPORT.md").read_text()
     assert "model buffers" in text and "KV buffers" in text and "CPU_" in text
     assert "bad-argument" in text and "--mlock" in text
+
+
+def test_init_from_a_running_llama_server_container_round_trips_to_the_identical_argv(
+        tmp_path, podman_host, llama_image, moe_model):
+    from arms.lifecycle import container_spec
+    from tuner import cli
+    from tuner.campaign import load_campaign
+
+    port = free_port()
+    cmd = ["-m", str(moe_model), "-c", "1024", "-np", "1", "-t", "1", "-tb", "1", "-ot", r"blk\.[0-3]\.ffn_.*_exps=CPU",
+           "-ot", "exps=CPU", "-fa", "off", "-ub", "256", "-ctk", "f16", "-fit", "off", "-nkvo", "--port", str(port)]
+    env = {"LLAMA_ARG_CACHE_RAM": "0", "LLAMA_ARG_N_PARALLEL": "1"}
+    name = "tuner-llama-init-original"
+    ctr = podman_host.client.containers.run(
+        llama_image.ref, cmd, name=name, detach=True, environment=env, network_mode="host",
+        mounts=[{"type": "bind", "source": str(moe_model), "target": str(moe_model), "read_only": True}],
+        labels={LABEL_CAMPAIGN: "llama-init"})
+    out = tmp_path / "from-container.yaml"
+    try:
+        assert cli.main(["init", "--from-container", name, "-o", str(out)]) == 0
+        inspected = podman_host.client.containers.get(name).attrs["Config"]
+    finally:
+        ctr.remove(force=True)
+    camp = load_campaign(out)
+    assert camp.engine == "llamacpp" and camp.baseline.image == llama_image.ref
+    spec = container_spec(camp.baseline, campaign="llama-init", arm=0, style="llamacpp")
+    assert list(spec.command) == cmd == list(inspected["Cmd"])
+    assert dict(spec.env) == env
+    assert {"n-cpu-moe", "override-tensor", "threads"} <= set(camp.levers)
