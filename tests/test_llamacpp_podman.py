@@ -129,7 +129,9 @@ def test_a_campaign_on_the_real_llama_server(tmp_path, podman_host, llama_image,
     bad = [e for e in ends.values() if e["verdict"] == "boot-failed:bad-argument"]
     assert bad and any("error: invalid argument: --mlock" in line for line in bad[0]["boot"]["evidence"])
     moves = [x for x in recs if x["op"] == "incumbent"]
-    assert moves and len(moves[-1].get("confirmed_arms") or []) == 2, moves
+    summary = [(e["arm"], e.get("kind"), e["verdict"], (e.get("score") or {}).get("objective"), e.get("reason"))
+               for e in ends.values()]
+    assert moves and len(moves[-1].get("confirmed_arms") or []) == 2, summary
     assert podman_host.list_managed({LABEL_CAMPAIGN: name}) == []
     rep = tuner("report", str(path))
     assert rep.returncode == 0, rep.stderr[-2000:]
