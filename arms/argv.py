@@ -1,7 +1,8 @@
 """Shape -> engine command line and environment: pure functions, tested with a table.
 
     render_argv(shape, "vllm")      [model, --flag value, ...] in the shape's order
-    render_argv(shape, "llamacpp")  [-m, model, --flag value, ...]
+    render_argv(shape, "llamacpp")  [-m, model, -flag value, ...] spelled by the profile's flag
+                                    table (arms.spellings): -ngl 99, -ot a=CPU -ot b=CPU, -fa on
     render_env(shape)               the container's env vars
     redact_env / redact_argv        the same with secrets replaced by ***, for the disk
 
@@ -12,7 +13,9 @@ Rules for one arg (name, value):
     list            vllm: JSON        llama.cpp: comma-joined (--tensor-split 3,1)
     number          as written: 0.98, 2147483648; an integral float loses its ".0"
     string          as is
-A one-letter name renders with one dash (-c 8192); others with two.
+A one-letter name renders with one dash (-c 8192); others with two. llama.cpp flags the
+profile's ``flags:`` table knows render with their first spelling instead (multi-letter short
+flags keep their one dash: ``-ngl``, ``-ctk``, ``-ub``).
 """
 from __future__ import annotations
 
@@ -61,7 +64,15 @@ def render_argv(shape: Shape, style: str = "vllm") -> list[str]:
     """The engine's arguments (after the entrypoint) for one shape."""
     if style not in STYLES:
         raise ConfigError(f"argv style {style!r} is unknown; use one of {', '.join(STYLES)}")
-    argv = [shape.model] if style == "vllm" else ["-m", shape.model]
+    if style == "llamacpp":
+        from arms.spellings import flag_table
+
+        table = flag_table("llamacpp")
+        argv = ["-m", shape.model]
+        for name, value in shape.args:
+            argv.extend(table.render(name, value))
+        return argv
+    argv = [shape.model]
     for name, value in shape.args:
         argv.extend(_render_arg(name, value, style))
     return argv

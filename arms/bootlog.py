@@ -218,16 +218,20 @@ def _strip(line: str, profile: EngineProfile) -> tuple[str | None, str]:
 def _scan_fields(lines: list[_Line], profile: EngineProfile, unparsed: dict) -> tuple[dict, dict]:
     found: dict[str, Any] = {}
     for _label, pattern in profile.field_patterns:
-        kinds = {name: REPORT_FIELDS.get(name) or PLAN_FIELDS[name] for name in pattern.groupindex}
-        summing = "mib_sum" in kinds.values()
+        kinds = {name: REPORT_FIELDS.get(name) or PLAN_FIELDS[name] for name in pattern.groupindex if name != "key"}
+        summing = bool({"mib_sum", "count"} & set(kinds.values())) or "key" in pattern.groupindex
         for line in lines:
             m = pattern.search(line.text)
             if not m:
                 continue
-            for name, raw in m.groupdict().items():
+            groups = m.groupdict()
+            key = groups.pop("key", None)
+            for name, raw in groups.items():
                 kind = kinds[name]
-                if kind == "flag":
-                    value: Any = raw is not None
+                if kind == "count":
+                    value: Any = 1
+                elif kind == "flag":
+                    value = raw is not None
                 elif raw is None:
                     continue
                 else:
@@ -236,7 +240,12 @@ def _scan_fields(lines: list[_Line], profile: EngineProfile, unparsed: dict) -> 
                     except _CONVERT_ERRORS:
                         unparsed.setdefault(name, raw[:200])
                         continue
-                if kind == "mib_sum":
+                if key is not None:         # (?P<key>CUDA0): one value per key (per backend, device)
+                    per = found.setdefault(name, {})
+                    if isinstance(per, dict):
+                        per[key] = round(per.get(key, 0) + value, 4) if kind in ("mib_sum", "count") \
+                            else per.get(key, value)
+                elif kind in ("mib_sum", "count"):
                     found[name] = round(found.get(name, 0.0) + value, 4)
                 elif name not in found:
                     found[name] = value
@@ -261,6 +270,8 @@ def _convert(kind: str, raw: str) -> Any:
         return int(last) - int(first) + 1 if last else 1
     if kind in ("gib", "mib", "mib_sum"):
         return _size(raw, 2**30 if kind == "gib" else 2**20)
+    if kind == "count":
+        return 1
     raise ValueError(f"unknown field kind {kind!r}")
 
 

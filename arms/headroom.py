@@ -134,3 +134,59 @@ def headroom_from(report: Any, *, decode_tok_s: float | None, acceptance: float 
                     acceptance=acceptance, spec_k=spec_k,
                     mean_acceptance_length=mean_acceptance_length, link_gbs=link_gbs,
                     link_source=link_source, compute_s_per_step=compute_s_per_step)
+
+
+# -- llama.cpp with experts in host RAM: the memory-bandwidth roofline --------------------------
+# On a CPU (or for the layers whose experts stay in host RAM) every decoded token streams the
+# weights it uses from RAM: the active experts (used of experts, every layer), attention, the
+# router, the norms and the output matrix; one row of the token embedding. So decode can not
+# beat  host memory bandwidth / bytes per token,  whatever the threads or batch sizes.
+
+def bytes_per_token(tensors, n_expert: int, n_expert_used: int) -> int:
+    """Weight bytes one decoded token reads, from the model's (tensor name, bytes, rows) list:
+    ``*_exps`` tensors at used/experts of their size, ``token_embd`` one row, the rest whole."""
+    total = 0.0
+    for name, nbytes, rows in tensors:
+        if "_exps" in name and n_expert > 0:
+            total += nbytes * min(n_expert_used, n_expert) / n_expert
+        elif name.startswith("token_embd"):
+            total += nbytes / max(rows, 1)
+        else:
+            total += nbytes
+    return int(total)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    bytes_per_token: int
+    decode_tok_s: float
+    bandwidth_gbs: float | None       # host memory read bandwidth
+    bandwidth_source: str = "n/a"
+
+    @property
+    def ceiling_tok_s(self) -> float | None:
+        return self.bandwidth_gbs * GB / self.bytes_per_token if self.bandwidth_gbs and self.bytes_per_token else None
+
+    @property
+    def reached(self) -> float | None:
+        c = self.ceiling_tok_s
+        return self.decode_tok_s / c if c else None
+
+    @property
+    def effective_gbs(self) -> float:
+        return self.decode_tok_s * self.bytes_per_token / GB
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes_per_token": self.bytes_per_token, "decode_tok_s": self.decode_tok_s,
+                "bandwidth_gbs": self.bandwidth_gbs, "bandwidth_source": self.bandwidth_source,
+                "ceiling_tok_s": self.ceiling_tok_s, "reached": self.reached,
+                "effective_gbs": self.effective_gbs, "findings": self.findings()}
+
+    def findings(self) -> list[str]:
+        head = (f"{self.bytes_per_token / 1e6:,.1f} MB of weights read per decoded token; "
+                f"{self.decode_tok_s:,.1f} tok/s streams {self.effective_gbs:,.2f} GB/s")
+        if not self.ceiling_tok_s:
+            return [head + "; host memory bandwidth n/a (run host.membw)"]
+        return [head, f"roofline: {self.bandwidth_gbs:,.1f} GB/s host memory bandwidth "
+                      f"({self.bandwidth_source}) / {self.bytes_per_token / 1e6:,.1f} MB = "
+                      f"{self.ceiling_tok_s:,.1f} tok/s; decode is {self.reached * 100:.0f} % of it"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -28,7 +28,8 @@ PROFILE_DIR = Path(__file__).with_name("profiles")
 # Named groups a ``fields`` regex may use, and how their text becomes a value:
 # int / float (thousands separators allowed), gib / mib (a size, unit optional; "0 bytes"
 # allowed), flag (True when the group took part in the match), str, range_count ("0-2" -> 3),
-# mib_sum (summed over every matching line instead of first match wins).
+# mib_sum (summed over every matching line instead of first match wins), count (matching lines).
+# A regex with a ``key`` group keeps one value per key: {"CPU_Mapped": 8.1, "CUDA0": 20480.0}.
 REPORT_FIELDS: dict[str, str] = {
     "engine_version": "str",
     "max_model_len": "int",
@@ -65,6 +66,12 @@ PLAN_FIELDS: dict[str, str] = {
     "model_buffer_mib": "mib_sum", "kv_buffer_mib": "mib_sum", "compute_buffer_mib": "mib_sum",
     "kv_cells": "int", "kv_size_mib": "mib", "n_ctx": "int",
     "gpu_layers": "int", "total_layers": "int",
+    # llama.cpp, per backend/device: a regex with (?P<key>...) stores {key: value} (arms/bootlog.py)
+    "model_buffers_mib": "mib_sum", "kv_buffers_mib": "mib_sum", "compute_buffers_mib": "mib_sum",
+    "n_ctx_seq": "int", "n_seq_max": "int", "n_slots": "int", "n_ctx_slot": "int", "kv_unified": "str",
+    "tensor_overrides": "count", "flash_attn": "str", "load_mode": "str", "n_threads": "int",
+    "n_threads_batch": "int", "n_batch": "int", "n_ubatch": "int", "kv_type_k": "str", "kv_type_v": "str",
+    "fit_status": "str", "fit_ctx": "int", "fit_layers": "int",
 }
 OOM_FIELDS = {"tried_to_allocate_gib": "gib", "gpu": "int", "total_gib": "gib", "free_gib": "gib"}
 
@@ -84,6 +91,7 @@ _SCHEMA: dict[str, Any] = {
     "compile_cache": {"hit": str, "miss": str},
     "oom_detail": str,
     "failures": list, "failures_extra": list,
+    "flags": {"*": dict},
 }
 _REQUIRED = ("name", "family", "readiness.health_path", "readiness.completion_path",
              "readiness.tokenize_path", "readiness.tokenize_request_key",
@@ -137,6 +145,7 @@ class EngineProfile:
     compile_miss_pattern: re.Pattern | None
     oom_pattern: re.Pattern | None
     failures: tuple[FailureSignature, ...]
+    flags: Mapping[str, Any] = field(default_factory=dict)   # arms.spellings: lever -> spellings
 
     def __hash__(self) -> int:
         return hash((self.name, self.source))
@@ -268,7 +277,7 @@ def _compile(data: Mapping, origins: Mapping[str, str], dotted: str, *, pattern:
         compiled = re.compile(text)
     except re.error as exc:
         raise ConfigError(f"{where}: key {dotted!r} is not a valid regex ({exc}): {text!r}") from None
-    names = set(compiled.groupindex)
+    names = set(compiled.groupindex) - {"key"}
     if groups is not None and names - set(groups):
         raise ConfigError(f"{where}: key {dotted!r} uses unknown named group(s) "
                           f"{', '.join(sorted(names - set(groups)))}; see arms/profiles.py FIELDS")
@@ -337,4 +346,5 @@ def _build(data: dict, origins: Mapping[str, str], source: str) -> EngineProfile
         compile_miss_pattern=_compile(data, origins, "compile_cache.miss"),
         oom_pattern=_compile(data, origins, "oom_detail", groups=OOM_FIELDS),
         failures=tuple(failures),
+        flags=MappingProxyType(dict(data.get("flags") or {})),
     )

@@ -13,9 +13,21 @@ or not, so degenerate runs an engine halted are judged too):
   ``halt_fraction`` of what the reference produced at that depth;
 * acceptance jump: spec-decode acceptance against the reference's (evidence only).
 
-Verdict ``corrupt`` when a ``numerics: preserving`` lever changed the text, or when any run
-degenerates (repetition loop, early halt). The degenerate runs' tok/s stay in the evidence and
-in ``degenerate_tok_s``, never as the arm's result. ``unchecked`` when no run finished.
+The verdict is relative to the incumbent's own output, never to an absolute idea of good text
+(a random-weight or small model loops and halts on its own; that is the model, not the arm).
+``corrupt`` when the arm degrades against the reference at the same depth:
+
+* diverges where the incumbent was stable: a ``numerics: preserving`` lever changed the text
+  while the reference's runs agreed with each other (a reference that varies between runs
+  makes divergence evidence only);
+* repeats where the incumbent did not: repetition above ``max_repetition`` AND more than
+  ``repetition_margin`` above the reference's own score at that depth;
+* halts early (above), which on an engine that ignores EOS needs no reference.
+
+Without a reference (the baseline, `tuner measure`) only an early halt on an engine that ignores
+EOS is judged; a repetitive text is noted as evidence. The degenerate runs' tok/s stay in the
+evidence and in ``degenerate_tok_s``, never as the arm's result. ``unchecked`` when no run
+finished.
 """
 from __future__ import annotations
 
@@ -89,7 +101,7 @@ def _clip(s: str, n: int = 60) -> str:
 
 def check(reference: Measurement | None, arm: Measurement, numerics: str, *,
           max_repetition: float = 0.5, ngram: int = 4, halt_fraction: float = 0.75,
-          acceptance_jump: float = 0.2) -> QualityVerdict:
+          acceptance_jump: float = 0.2, repetition_margin: float = 0.2) -> QualityVerdict:
     """Judge ``arm`` against ``reference`` (None: ``arm`` is the reference; degeneration only)."""
     if numerics not in NUMERICS:
         raise ConfigError(f"numerics must be one of {NUMERICS}, got {numerics!r}")
@@ -105,6 +117,8 @@ def check(reference: Measurement | None, arm: Measurement, numerics: str, *,
         ref_runs = _finished(reference.depths[depth].runs) \
             if reference is not None and depth in reference.depths else []
         ref_texts = [r.text for _, r in ref_runs]
+        ref_rep = max((repetition_score(t, ngram) for t in ref_texts), default=None)
+        ref_stable = len(set(ref_texts)) == 1
         if reference is not None and runs and not ref_texts:
             evidence.append(f"depth {depth}: no reference output to compare with")
         if len(set(ref_texts)) > 1:
@@ -122,10 +136,14 @@ def check(reference: Measurement | None, arm: Measurement, numerics: str, *,
             bad = False
             rep = repetition_score(r.text, ngram)
             reps.append(rep)
-            if rep > max_repetition:
+            if rep > max_repetition and ref_rep is not None and rep > ref_rep + repetition_margin:
                 bad = True
-                evidence.append(f"{where}: repetition loop (score {rep:.2f} > {max_repetition}): "
-                                f"{_clip(r.text)!r}")
+                evidence.append(f"{where}: repetition loop (score {rep:.2f} > {max_repetition}, the "
+                                f"incumbent's {ref_rep:.2f}): {_clip(r.text)!r}")
+            elif rep > max_repetition:
+                why = "as the incumbent's own text does" if ref_rep is not None else \
+                    "no reference to judge it against: the model's own output"
+                evidence.append(f"{where}: repetitive text (score {rep:.2f}), {why}")
             short = r.completion_tokens is not None and limit is not None
             if short and r.completion_tokens < limit:
                 bad = True
@@ -136,10 +154,11 @@ def check(reference: Measurement | None, arm: Measurement, numerics: str, *,
                 share, n = prefix_agreement(ref_texts[0], r.text)
                 agreements.append(share)
                 if numerics == "preserving" and r.text not in ref_texts:
-                    failed = True
+                    failed = failed or ref_stable
                     evidence.append(f"{where}: a numerics-preserving lever changed the text: it "
                                     f"leaves the reference after {n} pieces (agreement "
-                                    f"{share:.0%})")
+                                    f"{share:.0%})" + ("" if ref_stable else
+                                                       " (evidence only: the reference varies)"))
             if bad:
                 failed = True
                 if r.decode_tok_s is not None:

@@ -67,3 +67,44 @@ def test_from_the_telemetry_report():
     assert headroom_from(on, decode_tok_s=None) is None
     no_steps = report_from_texts({"expert_cache_rank0.json": '{"totals": {"routed": 1}}'})
     assert headroom_from(no_steps, decode_tok_s=10.0, slab_bytes=SLAB) is None
+
+
+# -- llama.cpp: the host memory-bandwidth roofline ---------------------------------------------------
+def test_bytes_per_token_reads_active_experts_and_one_embedding_row():
+    from arms.headroom import bytes_per_token
+
+    tensors = [("token_embd.weight", 1000 * 64, 1000), ("output.weight", 64_000, 1000),
+               ("blk.0.attn_q.weight", 4096, 64), ("blk.0.ffn_up_exps.weight", 32 * 1000, 1000)]
+    assert bytes_per_token(tensors, n_expert=32, n_expert_used=4) == 64 + 64_000 + 4096 + 4 * 1000
+
+
+def test_roofline_findings():
+    from arms.headroom import Roofline
+
+    r = Roofline(bytes_per_token=100_000_000, decode_tok_s=20.0, bandwidth_gbs=10.0, bandwidth_source="probe")
+    assert r.ceiling_tok_s == pytest.approx(100.0) and r.reached == pytest.approx(0.2)
+    assert r.effective_gbs == pytest.approx(2.0)
+    assert "decode is 20 % of it" in r.findings()[1] and "(probe)" in r.findings()[1]
+    assert "n/a" in Roofline(1, 1.0, None).findings()[0]
+
+
+def test_the_moe_writer_and_the_gguf_reader_agree_on_bytes_per_token(tmp_path):
+    import importlib.util
+
+    from arms.headroom import bytes_per_token
+    from host.membw import gguf_tensors
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("make_moe_gguf", REPO / "scripts" / "make_moe_gguf.py")
+    mod = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.modules["make_moe_gguf"] = mod          # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    moe = mod.MoeSpec(layers=2, embd=128, ff=64, experts=8, used=2, dtype="f16")
+    path = mod.write_moe_gguf(tmp_path / "m.gguf", moe)
+    tensors, n_expert, n_used = gguf_tensors(path)
+    assert (n_expert, n_used) == (8, 2)
+    got = bytes_per_token(tensors, n_expert, n_used)
+    experts_and_attention = moe.layers * (moe.used * moe.expert_bytes() + moe.attention_bytes())
+    assert experts_and_attention < got < experts_and_attention + 200_000      # + output, router, norms

@@ -147,3 +147,42 @@ def test_init_reproduces_a_running_simengine_container_exactly(tmp_path, podman_
     logs = [parse_boot_log(Path(tmp_path / f / "boot.log").read_text(), profile) for f in ("original", "generated")]
     assert logs[0].non_default_args == logs[1].non_default_args
     assert logs[0].non_default_args["max_num_seqs"] == 3 and logs[0].non_default_args["kv_cache_dtype"] == "fp8"
+
+
+# -- llama.cpp: short flags, several -ot, LLAMA_ARG_* env ------------------------------------------
+LLAMA_IMAGE = {"Digest": DIGEST, "RepoDigests": [f"ghcr.io/ggml-org/llama.cpp@{DIGEST}"],
+               "Config": {"Entrypoint": ["/app/llama-server"], "Env": ["PATH=/usr/bin:/bin", "LLAMA_ARG_HOST=0.0.0.0"]}}
+LLAMA_CMD = ["-m", "/models/q.gguf", "-ngl", "99", "-ot", r"blk\.(1[0-9])\.ffn_.*_exps=CPU", "-ot", "exps=CUDA0",
+             "-fa", "on", "-ub", "512", "-b", "2048", "-ctk", "q8_0", "-ctv", "q8_0", "-t", "8", "-tb", "16",
+             "-np", "1", "-c", "32768", "-nkvo", "-fit", "off", "--metrics", "--port", "8080"]
+
+
+def llama_inspect(cmd, env=()):
+    return {"Name": "llama-primary", "ImageName": "ghcr.io/ggml-org/llama.cpp:server-cuda", "Image": "9a9a",
+            "Config": {"Entrypoint": ["/app/llama-server"], "Cmd": list(cmd),
+                       "Env": ["container=podman", "PATH=/usr/bin:/bin", "LLAMA_ARG_HOST=0.0.0.0", "HOSTNAME=box", *env]},
+            "HostConfig": {"NetworkMode": "host", "Devices": [{"PathOnHost": "/dev/nvidia0"}]},
+            "Mounts": [{"Type": "bind", "Source": "/srv/models/q.gguf", "Destination": "/models/q.gguf", "RW": False}]}
+
+
+def test_a_llamacpp_container_round_trips_to_the_identical_argv(tmp_path):
+    from arms.lifecycle import container_spec
+
+    attrs = llama_inspect(LLAMA_CMD, env=["LLAMA_ARG_N_CPU_MOE=4", "LLAMA_ARG_CACHE_RAM=0"])
+    attrs["Mounts"][0]["Source"] = str(tmp_path / "q.gguf")
+    (tmp_path / "q.gguf").write_bytes(b"GGUF")
+    ins = shape_from_inspect(attrs, LLAMA_IMAGE)
+    assert ins.profile == "llamacpp"
+    assert dict(ins.shape.args)["override-tensor"] == (r"blk\.(1[0-9])\.ffn_.*_exps=CPU", "exps=CUDA0")
+    assert dict(ins.shape.args)["kv-offload"] is False and dict(ins.shape.args)["n-gpu-layers"] == 99
+    assert any("LLAMA_ARG_N_CPU_MOE sets the flag n-cpu-moe" in n for n in ins.notes)
+    path = tmp_path / "c.yaml"
+    path.write_text(render_campaign(ins, name="llama-primary", container="llama-primary"))
+    camp = load_campaign(path)
+    assert camp.baseline == ins.shape, [c.describe() for c in ins.shape.diff(camp.baseline)]
+    assert {"n-cpu-moe", "override-tensor", "threads", "ubatch-size"} <= set(camp.levers)
+    spec = container_spec(camp.baseline, campaign="c", arm=0, style="llamacpp")
+    assert list(spec.command) == LLAMA_CMD                       # word for word, -ot twice, one dash
+    assert dict(spec.env) == {"LLAMA_ARG_N_CPU_MOE": "4", "LLAMA_ARG_CACHE_RAM": "0"}
+    arm = camp.baseline.with_change(camp.lever("n-cpu-moe"), 16)
+    assert container_spec(arm, campaign="c", arm=1, style="llamacpp").command[-4:] == ("-ncmoe", "16", "--port", "8080")

@@ -142,3 +142,36 @@ def test_reference_that_varies_is_noted_and_any_of_its_texts_counts():
     v = check(ref, meas([run(PROSE + " Then", 201)]), "preserving")
     assert v.verdict == "ok"
     assert any("reference itself varies" in e for e in v.evidence)
+
+
+# -- relative to the incumbent: a weak model's own loops are not the arm's fault ---------------------
+LOOP = "the of the model the of the model " * 12          # what a random-weight model writes at temp 0
+
+
+def test_the_baselines_own_loop_is_not_corrupt():
+    v = check(None, meas([run(LOOP, 96)]), "preserving")
+    assert v.verdict == "ok", v.evidence
+    assert v.repetition_score > 0.8 and any("the model's own output" in e for e in v.evidence)
+
+
+def test_an_arm_that_loops_like_the_incumbent_is_ok():
+    ref = meas([run(LOOP, 96), run(LOOP, 96)])
+    v = check(ref, meas([run(LOOP, 96)]), "preserving")
+    assert v.verdict == "ok", v.evidence
+    assert any("as the incumbent's own text does" in e for e in v.evidence)
+    changed = "the of the model server " * 16                  # a changing lever: another loop
+    assert check(ref, meas([run(changed, 96)]), "changing").verdict == "ok"
+
+
+def test_an_arm_that_loops_where_the_incumbent_did_not_is_corrupt():
+    v = check(meas([run(PROSE, 40)]), meas([run("the quay " * 20, 40)]), "changing")
+    assert v.verdict == "corrupt"
+    assert any("repetition loop" in e and "the incumbent's 0.00" in e for e in v.evidence), v.evidence
+
+
+def test_divergence_counts_only_where_the_incumbent_was_stable():
+    varying = meas([run(PROSE, 200), run(PROSE + " Then", 201)])
+    v = check(varying, meas([run("Something else entirely.", 200)]), "preserving")
+    assert v.verdict == "ok" and any("evidence only: the reference varies" in e for e in v.evidence)
+    stable = meas([run(PROSE, 200), run(PROSE, 200)])
+    assert check(stable, meas([run("Something else entirely.", 200)]), "preserving").verdict == "corrupt"

@@ -55,7 +55,7 @@ AWKWARD = Shape.from_mapping({
     "options": {"network": "pasta", "ulimits": {"memlock": -1, "stack": 67108864}, "shm_size": "16g",
                 "group_add": ["video", "render"]}})
 LLAMA = Shape.from_mapping({"image": "ghcr.io/ggml-org/llama.cpp@sha256:" + "1" * 64, "model": "/m/q.gguf",
-                            "args": {"flash-attn": True, "n-gpu-layers": 99, "c": 8192}, "port": 8080})
+                            "args": {"flash-attn": True, "n-gpu-layers": 99, "ctx-size": 8192}, "port": 8080})
 
 SHAPES = [("seed-002-incumbent", SEED, "vllm"), ("seed-002-shape-E", SHAPE_E, "vllm"),
           ("awkward-values", AWKWARD, "vllm"), ("llama.cpp", LLAMA, "llamacpp")]
@@ -311,7 +311,7 @@ ARGV = [
     (["--model", "/m", "--gpu-memory-utilization=0.98", "--seed", "-1"], "vllm",
      ("/m", [("gpu-memory-utilization", 0.98), ("seed", -1)], None)),
     (["-m", "/q.gguf", "--flash-attn", "on", "-c", "8192", "--tensor-split", "3,1"], "llamacpp",
-     ("/q.gguf", [("flash-attn", True), ("c", 8192), ("tensor-split", "3,1")], None)),
+     ("/q.gguf", [("flash-attn", True), ("ctx-size", 8192), ("tensor-split", "3,1")], None)),
     (["/m", "--speculative-config", '{"method":"mtp"}', "--kv-cache-dtype", "fp8"], "vllm",
      ("/m", [("speculative-config", {"method": "mtp"}), ("kv-cache-dtype", "fp8")], None)),
 ]

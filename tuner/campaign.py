@@ -23,7 +23,7 @@ TOP_KEYS = {"search", "name", "engine", "podman", "baseline", "levers", "boot", 
             "description"}
 BOOT_KEYS = {"timeout_s", "hang_s", "poll_s"}
 MEASURE_KEYS = {"depths", "runs", "warm_tokens", "max_tokens", "run_timeout_s", "idle_timeout_s",
-                "max_invalid_per_depth", "telemetry", "sweep", "link_gbs", "probe_interval_s"}
+                "max_invalid_per_depth", "telemetry", "sweep", "link_gbs", "probe_interval_s", "membw_gbs"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -163,6 +163,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
         if lever.name in levers:
             raise _err(p, f"levers.{lname}", "this lever is listed twice; keep one")
         levers[lever.name] = lever
+    baseline, levers = _canonical_flags(p, engine, raw.get("profile"), baseline, levers)
     boot_raw = raw.get("boot") or {}
     if not isinstance(boot_raw, dict) or set(boot_raw) - BOOT_KEYS:
         raise _err(p, "boot", f"known keys: {', '.join(sorted(BOOT_KEYS))}")
@@ -178,6 +179,29 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     return Campaign(path=p, name=name, engine=engine, podman=podman, baseline=baseline, levers=levers,
                     boot=boot, folder=folder, raw=raw, profile_overrides=prof, measure=_measure(p, raw),
                     search=_search(p, raw), production=_production(p, raw))
+
+
+def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers: dict[str, Lever]):
+    """llama.cpp: one lever name per flag (``ngl``, ``-ngl`` and ``gpu-layers`` are
+    ``n-gpu-layers``), from the profile's flag table (arms.spellings)."""
+    from arms.profiles import load_profile
+    from arms.spellings import FlagTable
+
+    try:
+        profile = load_profile(engine, overrides if isinstance(overrides, dict) else None)
+    except ConfigError:
+        return baseline, levers            # `tuner check` reports a bad profile
+    if profile.family != "llamacpp" or not profile.flags:
+        return baseline, levers
+    table = FlagTable.from_mapping(profile.flags, profile.source)
+    baseline = table.canonical_shape(baseline, f"{path}: key 'baseline'")
+    out: dict[str, Lever] = {}
+    for name, lever in levers.items():
+        lever = table.canonical_lever(lever)
+        if lever.name in out:
+            raise _err(path, f"levers.{name}", f"this is the lever {lever.name} again (another spelling); keep one")
+        out[lever.name] = lever
+    return baseline, out
 
 
 def _production(path: Path, raw: dict):
@@ -240,7 +264,7 @@ def _measure(path: Path, raw: dict):
     for k in m:
         if k not in MEASURE_KEYS:
             raise _err(path, f"measure.{k}", f"unknown key (known: {', '.join(sorted(MEASURE_KEYS))})")
-    kw = {k: v for k, v in m.items() if k not in ("telemetry", "sweep", "link_gbs", "probe_interval_s")}
+    kw = {k: v for k, v in m.items() if k not in ("telemetry", "sweep", "link_gbs", "probe_interval_s", "membw_gbs")}
     if "depths" in kw:
         if not isinstance(kw["depths"], list):
             raise _err(path, "measure.depths", "must be a list of prompt lengths in tokens, e.g. [166, 1087, 4064]")
@@ -261,3 +285,15 @@ def check_paths(shape: Shape) -> None:
     for d in shape.devices:
         if d.startswith("/") and not Path(d).exists():
             raise ConfigError(f"device {d} does not exist on this host (CDI names like nvidia.com/gpu=all are passed as-is)")
+
+
+def check_model_path(shape: Shape, family: str) -> None:
+    """llama.cpp loads a GGUF file: an absolute model path must exist on this host (the baseline
+    mounts it read-only) or lie under a mount, else every arm would fail model-load-failed."""
+    model = shape.model
+    if family != "llamacpp" or not model.startswith("/") or Path(model).exists():
+        return
+    if any(model == m.target or model.startswith(m.target.rstrip("/") + "/") for m in shape.mounts):
+        return
+    raise ConfigError(f"model {model} does not exist on this host and no mount provides it; "
+                      "give the GGUF's host path (it is mounted read-only at the same path)")

@@ -50,7 +50,7 @@ def _prepare(campaign_path: str, change_texts: list[str]):
     from arms.profiles import load_profile
     from arms.shape import parse_change
     from host.podman_host import PodmanHost
-    from tuner.campaign import check_paths, load_campaign
+    from tuner.campaign import check_model_path, check_paths, load_campaign
 
     camp = load_campaign(campaign_path)
     profile = load_profile(camp.engine, camp.profile_overrides or None)
@@ -66,6 +66,7 @@ def _prepare(campaign_path: str, change_texts: list[str]):
     for name, value in changes.items():
         shape = shape.with_change(name, value)
     check_paths(shape)
+    check_model_path(shape, profile.family)
     host = PodmanHost(camp.podman)
     info = host.resolve_image(shape.image)
     if info.ref != shape.image:

@@ -67,10 +67,17 @@ LEVERS = {
   kv-cache-dtype: {values: [auto, fp8], numerics: changing}
 """,
     "llamacpp": """\
-  flash-attn: [true, false]
-  batch-size: [512, 1024, 2048]
-  ubatch-size: [256, 512]
-  cache-type-k: {values: [f16, q8_0], numerics: changing}
+  n-cpu-moe: [absent, 8, 16, 24, 32]          # -ncmoe: the first N layers' experts stay in host RAM
+  override-tensor: [absent, exps=CPU]         # -ot: every expert tensor to host RAM (what --cpu-moe does)
+  n-gpu-layers: [99, auto]                    # -ngl
+  threads: [4, 8, 16]                         # -t: decode threads (experts in RAM decode on the CPU)
+  threads-batch: [8, 16]                      # -tb: prompt threads
+  batch-size: [512, 1024, 2048]               # -b
+  ubatch-size: [256, 512, 1024]               # -ub
+  flash-attn: [true, false]                   # -fa on / -fa off
+  cache-type-k: {values: [f16, q8_0], numerics: changing}   # -ctk: changes numerics, text is checked
+  cache-type-v: {values: [f16, q8_0], numerics: changing}   # -ctv (quantized V needs -fa on)
+  load-mode: [mmap, mlock, none]              # -lm (2025 builds: --no-mmap / --mlock)
 """,
 }
 LEVERS["simengine"] = LEVERS["vllm-expert-offload"]
@@ -156,6 +163,15 @@ def shape_from_inspect(attrs: dict, image: dict, *, ipc_host: bool = False) -> I
         env[k] = v
     profile, why = guess_profile(ref, entry, argv, env)
     model, args, port = parse_engine_argv(argv, "llamacpp" if profile == "llamacpp" else "vllm")
+    if profile == "llamacpp":
+        from arms.spellings import flag_table
+
+        table = flag_table("llamacpp")
+        for k in env:
+            lever = table.env_lever(k)
+            if lever:
+                notes.append(f"env {k} sets the flag {lever}; a lever {lever} overrides it on the command "
+                             "line (llama-server warns and takes the flag)")
     bindings = hc.get("PortBindings") or {}
     if port is None:
         port = int(next(iter(bindings)).split("/")[0]) if bindings else 8000

@@ -12,6 +12,42 @@ def _int(v):
     return "n/a" if v is None else f"{int(v):,}"
 
 
+def _by_key(d, unit: str = "MiB") -> str:
+    if not isinstance(d, dict):
+        return ""
+    return ", ".join(f"{k} {v:,.2f} {unit}" if unit else f"{k} {v:,}" for k, v in d.items())
+
+
+def llamacpp_plan_rows(p: dict) -> list[tuple[str, str]]:
+    """llama-server's memory plan (per backend, as its log prints it)."""
+    rows = []
+    if p.get("model_buffers_mib"):
+        rows.append(("model buffers", _by_key(p["model_buffers_mib"])))
+    if p.get("tensor_overrides"):
+        rows.append(("tensors overridden (-ot/--n-cpu-moe)", _by_key(p["tensor_overrides"], "") + " tensors"))
+    if p.get("kv_buffers_mib"):
+        cells = f", {p['kv_cells']:,} cells" if p.get("kv_cells") is not None else ""
+        types = f", K {p['kv_type_k']} / V {p['kv_type_v']}" if p.get("kv_type_k") else ""
+        rows.append(("KV buffers", _by_key(p["kv_buffers_mib"]) + cells + types))
+    if p.get("compute_buffers_mib"):
+        rows.append(("compute buffers", _by_key(p["compute_buffers_mib"])))
+    if p.get("n_ctx") is not None:
+        per = f", {p['n_slots']} slot(s) x {p.get('n_ctx_slot', p.get('n_ctx_seq'))} tokens" if p.get("n_slots") else ""
+        rows.append(("context", f"n_ctx {p['n_ctx']:,}{per}"))
+    if p.get("n_batch") is not None or p.get("n_threads") is not None:
+        rows.append(("batch / threads", f"n_batch {p.get('n_batch', '?')}, n_ubatch {p.get('n_ubatch', '?')}, "
+                                        f"threads {p.get('n_threads', '?')}/{p.get('n_threads_batch', '?')}, "
+                                        f"flash_attn {p.get('flash_attn', '?')}, load_mode {p.get('load_mode', '?')}"))
+    if p.get("fit_status") or p.get("fit_layers") or p.get("fit_ctx"):
+        parts = [p.get("fit_status") or ""]
+        if p.get("fit_layers"):
+            parts.append(_by_key(p["fit_layers"], "") + " layers")
+        if p.get("fit_ctx"):
+            parts.append(f"context reduced to {p['fit_ctx']:,}")
+        rows.append(("--fit", "; ".join(x for x in parts if x)))
+    return rows
+
+
 def plan_rows(report) -> list[tuple[str, str]]:
     p = report.plan or {}
     rows = []
@@ -34,6 +70,7 @@ def plan_rows(report) -> list[tuple[str, str]]:
         rows.append(("CUDA graphs", f"{_g(p.get('graphs_gib'))} GiB ({p.get('graphs_count', '?')} graphs)"))
     if "overhead_gib" in p:
         rows.append(("runtime overhead", f"{_g(p.get('overhead_gib'))} GiB" + (" (precise)" if p.get("overhead_precise") else "")))
+    rows += llamacpp_plan_rows(p)
     if report.compile_s is not None or report.compile_cache_hit is not None:
         hit = {True: "cache hit", False: "cache miss", None: "no compile"}[report.compile_cache_hit]
         rows.append(("torch.compile", f"{_g(report.compile_s, '{:.1f}')} s ({hit})"))

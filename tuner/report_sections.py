@@ -340,6 +340,9 @@ def plots(b) -> Section:
 
 
 def sections(b, df: pd.DataFrame, series: list[dict]) -> list[Section]:
-    return [headline(b, df, series), arm_table(b, df), memory(b, df), failures(b, df), quality(b, df),
-            telemetry(b, df), constraints(b, df), decisions(b, df), plots(b)]
+    from .report_roofline import roofline
+
+    out = [headline(b, df, series), arm_table(b, df), memory(b, df), roofline(b, df), failures(b, df),
+           quality(b, df), telemetry(b, df), constraints(b, df), decisions(b, df), plots(b)]
+    return [x for x in out if x is not None]
 

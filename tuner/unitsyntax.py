@@ -196,6 +196,13 @@ def parse_engine_argv(argv: list[str], style: str = "vllm") -> tuple[str, list[t
     """The engine's arguments after the image's entrypoint -> (model, args, port): the inverse
     of ``arms.argv.render_argv`` plus the ``--port`` the lifecycle appends. vLLM style takes
     the model as the first word (or ``--model``); llama.cpp takes ``-m``/``--model``."""
+    if style == "llamacpp":
+        from arms.spellings import flag_table
+
+        model, largs, port = flag_table("llamacpp").parse(argv)
+        if not model:
+            raise ConfigError("no model in the engine arguments: llama.cpp style takes it after -m")
+        return model, largs, port
     toks = list(argv)
     model = None
     if style == "vllm" and toks and not _is_flag(toks[0]):

@@ -1,0 +1,280 @@
+"""Flag spellings as data: one canonical lever name per engine flag, and every way to write it.
+
+A profile's ``flags:`` section (arms/profiles/llamacpp.yaml) lists, per canonical lever name,
+the spellings the engine accepts (the first is the one the tuner writes), the negative
+spellings of a boolean pair (``-nkvo``), the value style and the ``LLAMA_ARG_*`` env name:
+
+    n-gpu-layers:    {spell: [-ngl, --n-gpu-layers, --gpu-layers], env: LLAMA_ARG_N_GPU_LAYERS}
+    override-tensor: {spell: [-ot, --override-tensor], repeat: true}
+    flash-attn:      {spell: [-fa, --flash-attn], words: [on, off], env: LLAMA_ARG_FLASH_ATTN}
+    cpu-moe:         {spell: [-cmoe, --cpu-moe], bare: true}
+    kv-offload:      {spell: [-kvo, --kv-offload], negative: [-nkvo, --no-kv-offload]}
+
+Value styles, by lever value:
+  True / False   ``bare``: ``-cmoe`` / left out; ``words``: ``-fa on`` / ``-fa off``;
+                 ``negative``: ``-kvo`` / ``-nkvo``
+  list           ``repeat``: one flag per item (``-ot a=CPU -ot b=CPU``); else comma-joined
+  other          ``-flag value`` (a string such as ``auto`` passes through words flags too)
+
+``render`` and ``parse`` are inverses (tests/test_argv.py holds the table): parse accepts any
+spelling, ``--flag=value``, ``_`` for ``-`` in long names (llama.cpp does the same) and gives
+canonical names; render writes the first spelling. A name the table does not know renders the
+generic way: one dash for one letter, two otherwise.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from arms.errors import ConfigError
+from arms.shape import Lever, Shape, format_value
+
+__all__ = ["FlagSpec", "FlagTable", "flag_table"]
+
+_INT = re.compile(r"-?(0|[1-9][0-9]*)\Z")
+_FLOAT = re.compile(r"-?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+)\Z")
+_SPEC_KEYS = {"spell", "negative", "words", "bare", "repeat", "env"}
+
+
+def typed(text: str) -> Any:
+    """A value's text back to the value ``format_value`` wrote: ints, floats, JSON; else text."""
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    if text[:1] in "{[":
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _is_flag(tok: str) -> bool:
+    return tok.startswith("-") and len(tok) > 1 and not _INT.match(tok) and not _FLOAT.match(tok)
+
+
+def _bare_name(spelling: str) -> str:
+    return spelling.lstrip("-")
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    lever: str                          # canonical lever name (n-gpu-layers)
+    spell: tuple[str, ...]              # with dashes; the first is written
+    negative: tuple[str, ...] = ()      # the False spellings of a boolean pair
+    words: tuple[str, str] | None = None   # (True word, False word): -fa on / -fa off
+    bare: bool = False                  # a switch: present or left out
+    repeat: bool = False                # a list renders as one flag per item
+    env: str | None = None              # LLAMA_ARG_* equivalent
+
+    @property
+    def takes_value(self) -> bool:
+        return not self.bare and not (self.negative and not self.words)
+
+    def render(self, value: Any) -> list[str]:
+        flag = self.spell[0]
+        if isinstance(value, bool):
+            if self.words:
+                return [flag, self.words[0] if value else self.words[1]]
+            if self.negative:
+                return [flag] if value else [self.negative[0]]
+            return [flag] if value else []
+        if isinstance(value, (list, tuple)):
+            if self.repeat:
+                return [w for v in value for w in (flag, format_value(v))]
+            return [flag, ",".join(format_value(v) for v in value)]
+        return [flag, format_value(value)]
+
+
+class FlagTable:
+    """The spellings of one engine's flags; lookups by any spelling, with or without dashes."""
+
+    def __init__(self, specs: Iterable[FlagSpec]) -> None:
+        self.specs: dict[str, FlagSpec] = {}
+        self._by_spelling: dict[str, tuple[FlagSpec, bool]] = {}
+        self._by_env: dict[str, FlagSpec] = {}
+        for spec in specs:
+            self.specs[spec.lever] = spec
+            for s in spec.spell + (f"--{spec.lever}",):
+                self._add(s, spec, True)
+            for s in spec.negative:
+                self._add(s, spec, False)
+            if spec.env:
+                self._by_env[spec.env] = spec
+
+    def _add(self, spelling: str, spec: FlagSpec, positive: bool) -> None:
+        other = self._by_spelling.get(spelling)
+        if other is not None and other[0].lever != spec.lever:
+            raise ConfigError(f"flag spelling {spelling} is listed for both {other[0].lever} and {spec.lever}")
+        self._by_spelling[spelling] = (spec, positive)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, where: str = "flags") -> FlagTable:
+        specs = []
+        for lever, raw in (data or {}).items():
+            if not isinstance(raw, Mapping) or set(raw) - _SPEC_KEYS or not raw.get("spell"):
+                raise ConfigError(f"{where}: key 'flags.{lever}' must be a mapping with spell: [...] "
+                                  f"(and negative, words, bare, repeat, env), got {raw!r}")
+            spell = tuple(str(s) for s in raw["spell"])
+            bad = [s for s in spell + tuple(raw.get("negative") or ()) if not str(s).startswith("-")]
+            if bad:
+                raise ConfigError(f"{where}: key 'flags.{lever}': spelling {bad[0]!r} must start with - or --")
+            words = raw.get("words")
+            if words is not None and (not isinstance(words, list) or len(words) != 2):
+                raise ConfigError(f"{where}: key 'flags.{lever}.words' must be [true-word, false-word]")
+            specs.append(FlagSpec(str(lever), spell, tuple(str(s) for s in raw.get("negative") or ()),
+                                  tuple(str(w) for w in words) if words else None,  # type: ignore[arg-type]
+                                  bool(raw.get("bare")), bool(raw.get("repeat")), raw.get("env")))
+        return cls(specs)
+
+    # -- lookups ---------------------------------------------------------------------------
+    def lookup(self, name: str) -> tuple[FlagSpec, bool] | None:
+        """(spec, positive) of a spelling (``-ngl``, ``--n_gpu_layers``, ``ngl``, ``nkvo``)."""
+        name = name.strip()
+        if name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")
+        if name.startswith("-"):
+            return self._by_spelling.get(name)
+        for dashes in ("--", "-"):
+            hit = self._by_spelling.get(dashes + name.replace("_", "-") if dashes == "--" else dashes + name)
+            if hit:
+                return hit
+        return None
+
+    def canonical(self, name: str) -> str:
+        """The canonical lever name of any spelling; an unknown name, without its dashes."""
+        hit = self.lookup(name)
+        return hit[0].lever if hit else name.strip().lstrip("-")
+
+    def env_mapping(self, levers) -> dict[str, str]:
+        """lever -> its LLAMA_ARG_* variable, for the levers that have one (an env-file promotion)."""
+        out = {}
+        for name in levers:
+            hit = self.lookup(name)
+            if hit and hit[0].env:
+                out[hit[0].lever] = hit[0].env
+        return out
+
+    def env_lever(self, env_name: str) -> str | None:
+        spec = self._by_env.get(env_name)
+        return spec.lever if spec else None
+
+    # -- render ----------------------------------------------------------------------------
+    def render(self, name: str, value: Any) -> list[str]:
+        hit = self.lookup(name)
+        if hit is None:
+            flag = ("-" if len(name) == 1 else "--") + name
+            if isinstance(value, bool):
+                return [flag] if value else []
+            if isinstance(value, (list, tuple)):
+                return [flag, ",".join(format_value(v) for v in value)]
+            return [flag, format_value(value)]
+        spec, positive = hit
+        if not positive and isinstance(value, bool):
+            value = not value                  # a lever named by its negative spelling
+        return spec.render(value)
+
+    # -- parse -----------------------------------------------------------------------------
+    def parse(self, argv: Iterable[str]) -> tuple[str | None, list[tuple[str, Any]], int | None]:
+        """An argv (after the entrypoint) -> (model, [(canonical lever, value)], port)."""
+        toks = list(argv)
+        model: str | None = None
+        port: int | None = None
+        args: dict[str, Any] = {}
+        i = 0
+        while i < len(toks):
+            tok = toks[i]
+            if not _is_flag(tok):
+                raise ConfigError(f"engine argument {tok!r} stands alone: every word after the "
+                                  "entrypoint belongs to a flag (the model goes after -m)")
+            head, eq, inline = tok.partition("=")
+            hit = self.lookup(head)
+            i += 1
+            if hit is not None and eq == "" and not hit[0].takes_value or (hit is not None and not hit[1]):
+                spec, positive = hit
+                args[spec.lever] = positive
+                continue
+            if eq:
+                text: str | None = inline
+            elif i < len(toks) and (not _is_flag(toks[i]) or (hit is not None and not hit[0].words)):
+                text = toks[i]
+                i += 1
+            else:
+                text = None
+            name = hit[0].lever if hit else head.lstrip("-")
+            if name in ("model", "m") and text is not None and model is None:
+                model = text
+                continue
+            if name == "port" and text is not None and _INT.match(text):
+                port = int(text)
+                continue
+            if text is None:
+                if hit is not None and not hit[0].words:
+                    raise ConfigError(f"engine flag {head} needs a value")
+                args[name] = True               # 2025 builds: -fa alone meant on
+                continue
+            spec = hit[0] if hit else None
+            if spec is not None and spec.words and text in spec.words:
+                value: Any = text == spec.words[0]
+            else:
+                value = typed(text)
+            if spec is not None and spec.repeat and name in args:
+                prev = args[name]
+                args[name] = (list(prev) if isinstance(prev, list) else [prev]) + [value]
+            else:
+                args[name] = value
+        return model, list(args.items()), port
+
+    # -- shapes and levers -----------------------------------------------------------------
+    def canonical_shape(self, shape: Shape, where: str = "baseline") -> Shape:
+        """The shape with every arg under its canonical lever name; one flag given twice under
+        two spellings (``ngl`` and ``n-gpu-layers``) is a ConfigError."""
+        seen: dict[str, str] = {}
+        args = []
+        for name, value in shape.args:
+            lever = self.canonical(name)
+            if lever in seen:
+                raise ConfigError(f"{where}: args {seen[lever]!r} and {name!r} are the same flag "
+                                  f"({lever}); keep one")
+            seen[lever] = name
+            args.append((lever, self.canonical_value(name, value)))
+        if args == list(shape.args):
+            return shape
+        import dataclasses
+
+        return dataclasses.replace(shape, args=tuple(args))
+
+    def canonical_lever(self, lever: Lever) -> Lever:
+        if lever.kind == "env":
+            return lever
+        name = self.canonical(lever.name)
+        values = tuple(self.canonical_value(lever.name, v) for v in lever.values)
+        if name == lever.name and values == lever.values:
+            return lever
+        return Lever(name, values, lever.numerics)
+
+    def canonical_value(self, name: str, value: Any) -> Any:
+        """A value as the canonical lever holds it: ``no-mmap: true`` is ``mmap: false``,
+        ``flash-attn: "on"`` is ``flash-attn: true`` (both render ``-fa on``)."""
+        hit = self.lookup(name)
+        if hit is None:
+            return value
+        spec, positive = hit
+        if spec.words and isinstance(value, str) and value in spec.words:
+            value = value == spec.words[0]
+        if not positive and isinstance(value, bool):
+            value = not value
+        return value
+
+
+@lru_cache(maxsize=8)
+def flag_table(profile_name: str) -> FlagTable:
+    """The flag table of a shipped profile (empty when it lists no flags)."""
+    from arms.profiles import load_profile
+
+    return FlagTable.from_mapping(load_profile(profile_name).flags, profile_name)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The llama.cpp example report (docs/example-report-llamacpp/): build llama-server and its image,
+# write the random-weight MoE model, run examples/llamacpp-cpu.yaml on this machine's CPU, render
+# the morning report and copy it (Markdown, plots, the boot log of each failure class) into docs/.
+# Starts and stops its own podman API service. Prints the wall time of the campaign.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+[ -x .venv/bin/python ] || bash scripts/install.sh
+bin="$(bash scripts/build-llama-server.sh | tail -1)"
+source scripts/podman-service.sh start
+trap 'podman_service_stop' EXIT
+.venv/bin/python -m host.llamaimage "$bin"
+.venv/bin/python scripts/make_moe_gguf.py
+[ -d journal/llamacpp-cpu ] && mv journal/llamacpp-cpu "journal/llamacpp-cpu.$(date +%Y%m%d-%H%M%S)"
+.venv/bin/tuner check examples/llamacpp-cpu.yaml --show 5
+start=$SECONDS
+.venv/bin/tuner run examples/llamacpp-cpu.yaml --quiet "$@"
+wall=$((SECONDS - start))
+.venv/bin/tuner report examples/llamacpp-cpu.yaml >/dev/null
+out=docs/example-report-llamacpp
+rm -rf "$out" && mkdir -p "$out"
+cp journal/llamacpp-cpu/REPORT.md "$out/"
+cp -r journal/llamacpp-cpu/report "$out/"
+for log in $(grep -o 'arms/[0-9]*/boot.log' "$out/REPORT.md" | sort -u); do
+  mkdir -p "$out/$(dirname "$log")" && cp "journal/llamacpp-cpu/$log" "$out/$log"
+done
+{ echo; echo "---"; echo "Produced by \`bash scripts/example-report-llamacpp.sh\` on a 2-core, 24 GiB machine"
+  echo "shared with other work (no GPU): campaign wall time ${wall} s."; } >> "$out/REPORT.md"
+echo "campaign wall time: ${wall} s"

@@ -1,0 +1,69 @@
+"""The roofline section of the morning report for llama.cpp campaigns: how far the incumbent's
+decode is from what host memory bandwidth allows (arms.headroom.Roofline).
+
+Bytes per token come from the baseline's GGUF (active experts + attention + output, read every
+token); the bandwidth from the campaign (``measure.membw_gbs``) or, when it gives none, from
+host.membw's probe, run once and kept in the campaign folder (``membw.json``) so the report
+renders the same figure every time.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from arms.headroom import Roofline, bytes_per_token
+from arms.profiles import load_profile
+
+from .report import Section, missing
+
+log = logging.getLogger("tuner.report")
+
+
+def _bandwidth(folder: Path, camp: dict) -> tuple[float | None, str]:
+    given = (camp.get("measure") or {}).get("membw_gbs")
+    if given:
+        return float(given), "campaign measure.membw_gbs"
+    cache = folder / "membw.json"
+    if cache.exists():
+        d = json.loads(cache.read_text())
+        return d["gbs"], d["source"]
+    from host.membw import membw_probe_gbs
+
+    gbs = membw_probe_gbs()
+    source = "host.membw probe when the report was first written"
+    cache.write_text(json.dumps({"gbs": gbs, "source": source}))
+    return gbs, source
+
+
+def roofline(b, df) -> Section | None:
+    camp = b.start.get("campaign") or {}
+    try:
+        family = load_profile(str(camp.get("engine") or "vllm")).family
+    except Exception:       # noqa: BLE001 - a profile the report cannot load: no roofline
+        return None
+    if family != "llamacpp":
+        return None
+    s = Section("Roofline")
+    model = Path(b.baseline.model)
+    if not model.is_file():
+        return s.add("p", f"The model {model} is not on this host: bytes per token n/a.")
+    from host.membw import gguf_tensors
+
+    tensors, n_expert, n_used = gguf_tensors(model)
+    per_token = bytes_per_token(tensors, n_expert, n_used)
+    gbs, source = _bandwidth(Path(b.folder), camp)
+    inc_n = b.inc_arm.get(b.st.incumbent.key())
+    if inc_n is None or inc_n not in df.index:
+        return s.add("p", "No measured incumbent: decode n/a.")
+    row = df.loc[inc_n]
+    for d in b.depths:
+        v = row.get(f"decode_{d}")
+        if missing(v):
+            continue
+        r = Roofline(per_token, float(v), gbs, source)
+        s.add("p", f"At depth {d} (incumbent, arm #{inc_n}): " + "; ".join(r.findings()) + ".")
+    s.add("p", f"{n_used} of {n_expert} experts are active per token. Threads, batch sizes and flash attention move "
+               "decode toward this line; nothing moves it past it but fewer bytes per token (a smaller quant, "
+               "fewer active experts) or more bandwidth.")
+    return s
