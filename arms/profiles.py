@@ -84,6 +84,7 @@ _SCHEMA: dict[str, Any] = {
     "compile_cache": {"hit": str, "miss": str},
     "oom_detail": str,
     "failures": list, "failures_extra": list,
+    "flags": list, "flags_extra": list,       # the engine's command-line flags (lever names are checked)
 }
 _REQUIRED = ("name", "family", "readiness.health_path", "readiness.completion_path",
              "readiness.tokenize_path", "readiness.tokenize_request_key",
@@ -137,6 +138,7 @@ class EngineProfile:
     compile_miss_pattern: re.Pattern | None
     oom_pattern: re.Pattern | None
     failures: tuple[FailureSignature, ...]
+    flags: frozenset[str] = frozenset()          # known flags (no leading --); empty: not listed
 
     def __hash__(self) -> int:
         return hash((self.name, self.source))
@@ -242,6 +244,8 @@ def _merge(base: dict, top: Mapping, origins: dict[str, str], where: str, prefix
         if key == "failures_extra" and not prefix:
             out["failures"] = list(value or []) + list(out.get("failures") or [])
             origins["failures"] = where
+        elif key == "flags_extra" and not prefix:
+            out["flags"] = list(out.get("flags") or []) + list(value or [])
         elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
             out[key] = _merge(out[key], value, origins, where, path + ".")
         else:
@@ -337,4 +341,5 @@ def _build(data: dict, origins: Mapping[str, str], source: str) -> EngineProfile
         compile_miss_pattern=_compile(data, origins, "compile_cache.miss"),
         oom_pattern=_compile(data, origins, "oom_detail", groups=OOM_FIELDS),
         failures=tuple(failures),
+        flags=frozenset(str(f).lstrip("-") for f in data.get("flags") or ()),
     )

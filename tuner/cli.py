@@ -197,6 +197,13 @@ def cmd_check(ns) -> int:
     return 0
 
 
+def cmd_schema(ns) -> int:
+    from tuner.schema import json_schema
+
+    print(json.dumps(json_schema(), indent=1, sort_keys=True))
+    return 0
+
+
 def cmd_run(ns) -> int:
     from tuner.daemon import run_campaign
 
@@ -290,6 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--show", type=int, default=12, help="how many first arms to list")
     s.set_defaults(fn=cmd_check)
 
+    s = sub.add_parser("schema", help="print the campaign file's JSON Schema (for editors)",
+                       description="Print the JSON Schema of a campaign file, for editor completion and checks "
+                                   "(docs/campaign.schema.json is this output).")
+    s.set_defaults(fn=cmd_schema)
+
     s = sub.add_parser("run", help="run a campaign until its deadline or arm budget (resumes after a crash)")
     s.add_argument("campaign")
     s.add_argument("--max-arms", type=int, default=None, help="stop after this many arms in all")
@@ -353,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return ns.fn(ns)
     except TunerError as e:
-        print(f"tuner: error: {e}", file=sys.stderr)
+        for line in str(e).splitlines() or [""]:     # a campaign's errors: one line each
+            print(f"tuner: error: {line}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("tuner: interrupted", file=sys.stderr)
