@@ -83,6 +83,9 @@ def run_campaign(ns) -> int:
         from host.probes import gpu_holders
 
         holders = gpu_holders()
+        if holders is None:
+            log.warning("[gpu] no VRAM reader works here (pip install 'offload-tuner[gpu]' for nvidia-ml-py / "
+                        "amdsmi): the 'GPU memory already taken' check is off")
         if holders:
             who = ", ".join(f"{name} (pid {pid}, {used / 2**30:.1f} GiB)" for pid, name, used in holders[:4])
             raise ConfigError(f"the GPU memory is already taken by {who}: stop it (or the production service) "
