@@ -266,6 +266,7 @@ def cmd_promote(ns) -> int:
     from tuner.promote import promote
 
     res = promote(_folder(ns.campaign), ns.arm, dry_run=ns.dry_run, force=ns.force, margin_s=ns.margin_s,
+                  write_only=ns.write_only,
                   **({"out": lambda _line: None} if ns.json else {}))
     if ns.json:
         from dataclasses import asdict
@@ -278,7 +279,7 @@ def cmd_rollback(ns) -> int:
     from tuner.daemon import _folder
     from tuner.promote import rollback
 
-    res = rollback(_folder(ns.campaign), force=ns.force, **({"out": lambda _line: None} if ns.json else {}))
+    res = rollback(_folder(ns.campaign), force=ns.force, write_only=ns.write_only, **({"out": lambda _line: None} if ns.json else {}))
     if ns.json:
         from dataclasses import asdict
 
@@ -379,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="show the diff of the production file and stop")
     s.add_argument("--force", action="store_true",
                    help="promote an arm that was not better-and-confirmed; continue after an interrupted promotion")
+    s.add_argument("--write-only", action="store_true",
+                   help="write (and back up) the unit file only: no daemon-reload, restart or health check "
+                        "(a machine without systemd, or to apply it yourself)")
     s.add_argument("--margin-s", type=float, default=None,
                    help="seconds of health wait beyond the arm's measured boot (default max(60, boot/2))")
     s.add_argument("--json", action="store_true", help="the result as JSON on stdout")
@@ -387,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = add("rollback", "restore the production file the latest promotion replaced; reload, restart")
     s.add_argument("campaign", help="campaign folder (or its YAML file)")
     s.add_argument("--force", action="store_true", help="restore even if the production file was edited since")
+    s.add_argument("--write-only", action="store_true", help="restore the file only: no daemon-reload or restart")
     s.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     s.set_defaults(fn=cmd_rollback)
 
