@@ -511,7 +511,7 @@ def test_a_failed_promotion_of_a_new_unit_does_not_claim_a_rollback(tmp_path, ca
     lines = []
     res = promote(folder, host=host, smoke=smoke_at(40.6), poll_s=0.5, out=lines.append)
     assert res.outcome == "rolled-back" and not target.exists()
-    assert "NOT healthy" not in caplog.text and "restored" not in caplog.text
+    assert "NOT healthy" not in caplog.text and "restored and healthy" not in caplog.text
     assert "there was no such file before the promotion, so nothing was restored" in caplog.text
 
 
