@@ -92,24 +92,21 @@ def run_campaign(ns) -> int:
                               "before the campaign, or use production.guard: stop-and-restore")
     deadline = deadline_from(camp.search.budget, host.now())
     max_arms = ns.max_arms or camp.search.budget.max_arms
-    view = None if ns.quiet or not sys.stderr.isatty() else _LiveView(camp)
+    from tuner.liveview import NightView      # header + scrolling log on a tty; sd_notify STATUS/WATCHDOG always
+
+    view = NightView(camp, deadline=deadline, max_arms=max_arms, clock=host.now, notify=sd_notify,
+                     live=not ns.quiet and sys.stderr.isatty(), simulated=bool(ns.simulated))
 
     def on_arm(st, end):
-        msg = f"STATUS=arm {max(st.arms)} {end.get('verdict')}; incumbent {st.incumbent.key()}"
-        sd_notify(msg)
+        view.update(st)
         sd_notify("WATCHDOG=1")
-        if view:
-            view.update(st)
 
     loop = CampaignLoop(camp, host, profile, deadline=deadline, max_arms=max_arms,
                         force_resume=ns.force_resume, on_arm=on_arm)
     (camp.folder / "daemon.pid").write_text(str(os.getpid()))
     sd_notify("READY=1")
     try:
-        if view:
-            with view:
-                summary = loop.run()
-        else:
+        with view:
             summary = loop.run()
     finally:
         try:
@@ -120,26 +117,6 @@ def run_campaign(ns) -> int:
           f"(objective {summary.incumbent_objective if summary.incumbent_objective is None else round(summary.incumbent_objective, 2)}); "
           f"{summary.moves} incumbent moves" + (f"\nverdict: {summary.verdict}" if summary.verdict else ""))
     return 0
-
-
-class _LiveView:
-    """rich live table: current arm, ETA of the night, arms so far."""
-
-    def __init__(self, camp):
-        from rich.live import Live
-
-        self.camp = camp
-        self.live = Live(refresh_per_second=2, transient=False)
-
-    def __enter__(self):
-        self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.live.__exit__(*exc)
-
-    def update(self, st) -> None:
-        self.live.update(arms_table(st, last=15))
 
 
 def arms_table(st, last: int | None = None):
