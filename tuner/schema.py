@@ -223,6 +223,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def read_yaml(path: Path) -> tuple[Any, _Lines]:
     try:
         text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; give a campaign YAML file (or, where a command takes one, "
+                          "the campaign's folder journal/NAME)") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the campaign file: {e.strerror}") from None
     except UnicodeDecodeError:
