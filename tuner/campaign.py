@@ -106,6 +106,20 @@ class Campaign:
     production: Any = None         # tuner.guard.Production
 
     @property
+    def sweep_plan(self):
+        """The concurrency sweep every measured arm runs (arms.sweep.SweepPlan): ``measure.sweep``
+        (true or its settings), and always when the objective is goodput_at_slo; else None."""
+        spec = (self.raw.get("measure") or {}).get("sweep")
+        if spec in (None, False) and self.search.objective.kind != "goodput_at_slo":
+            return None
+        from arms.sweep import SweepPlan
+
+        kw = dict(spec) if isinstance(spec, dict) else {}
+        if "levels" in kw:
+            kw["levels"] = tuple(kw["levels"])
+        return SweepPlan(**kw)
+
+    @property
     def telemetry(self) -> bool:
         return bool((self.raw.get("measure") or {}).get("telemetry"))
 
@@ -182,9 +196,13 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     production = part("production", lambda: _production(p, raw))
     if errors:
         raise CampaignInvalid(errors)
-    return Campaign(path=p, name=name, engine=engine, podman=raw.get("podman"), baseline=baseline, levers=levers,
+    camp = Campaign(path=p, name=name, engine=engine, podman=raw.get("podman"), baseline=baseline, levers=levers,
                     boot=boot, folder=folder, raw=raw, profile_overrides=raw.get("profile") or {},
                     measure=measure, search=search, production=production)
+    part("measure.sweep", lambda: camp.sweep_plan)
+    if errors:
+        raise CampaignInvalid(errors)
+    return camp
 
 
 def _production(path: Path, raw: dict):

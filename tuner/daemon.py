@@ -73,6 +73,9 @@ def run_campaign(ns) -> int:
     from tuner.loop import CampaignLoop, deadline_from
 
     camp = load_campaign(ns.campaign)
+    if ns.simulated and camp.sweep_plan is not None:
+        raise ConfigError(f"{camp.path}: the concurrency sweep (measure.sweep / objective goodput_at_slo) needs "
+                          "wall-clock concurrency: run it on podman, without --simulated")
     host, profile, info = _host_and_shape(camp, ns.simulated)
     baseline = replace(camp.baseline, image=info.ref)
     baseline.validate_image()

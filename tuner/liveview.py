@@ -28,6 +28,7 @@ _BOOT = re.compile(r"^\[\S+ BOOT\] .* started as ")
 _READY = re.compile(r"^\[\S+ (?:READY|BOOT) ready\]")
 _DEPTH = re.compile(r"^\[measure depth (\d+)\]")
 _TELEMETRY = re.compile(r"^\[\S+ TELEMETRY ")
+_SWEEP = re.compile(r"^\[arm \d+ SWEEP\] concurrency (\S+)")
 _VERDICT = re.compile(r"^\[arm (\d+) VERDICT (\S+)\]")
 
 
@@ -60,6 +61,8 @@ class _PhaseWatcher(logging.Handler):
             v.set_phase(("confirming: " if v.kind == "confirm" else "") + "measuring")
         elif m := _DEPTH.match(msg):
             v.set_phase(("confirming: " if v.kind == "confirm" else "") + f"measuring depth {m.group(1)}")
+        elif m := _SWEEP.match(msg):
+            v.set_phase(f"concurrency sweep {m.group(1)}")
         elif _TELEMETRY.match(msg):
             v.set_phase("telemetry window")
         elif m := _VERDICT.match(msg):

@@ -66,6 +66,22 @@ class Measure(_Model):
     telemetry: bool = False
     link_gbs: PosFloat | None = None
     probe_interval_s: PosFloat = 2.0
+    sweep: bool | Sweep | None = Field(None, description="true or the sweep's settings: every measured arm runs "
+                                                          "the concurrency sweep (always with goodput_at_slo)")
+
+
+class Sweep(_Model):
+    """The concurrency sweep (arms/sweep.py; seeds 000/001): goodput at the SLO per arm."""
+    levels: list[PosInt] = Field(default=[1, 2, 4, 8, 16, 32, 64], min_length=1)
+    duration_s: PosFloat = 20.0
+    output_tokens: Annotated[int, Field(ge=2)] = 200
+    slo_ttft_s: PosFloat = 1.0
+    slo_tpot_s: PosFloat = 0.050
+    prompt_tokens: PosInt = 166
+    request_timeout_s: PosFloat = 120.0
+    idle_timeout_s: PosFloat = 60.0
+    max_requests_per_level: PosInt = 5000
+    knee_tolerance: Fraction = 0.05
 
 
 class Concurrency(_Model):
@@ -124,7 +140,8 @@ class CampaignModel(_Model):
     boot: Boot = Field(default_factory=Boot)
     journal: str = "journal"
     measure: Measure = Field(default_factory=Measure)
-    objective: str = Field("decode_geomean", description="decode_geomean or decode@DEPTH")
+    objective: str = Field("decode_geomean", description="decode_geomean, decode@DEPTH or goodput_at_slo "
+                                                          "(the concurrency sweep's goodput, measure.sweep)")
     constraints: ConstraintsModel = Field(default_factory=ConstraintsModel)
     budget: Budget = Field(default_factory=Budget)
     noise: Noise = Field(default_factory=Noise)
@@ -277,6 +294,8 @@ def _fields_at(loc: tuple) -> list[str]:
     model: Any = CampaignModel
     for part in loc:
         field = getattr(model, "model_fields", {}).get(part)
+        if field is None and isinstance(model, type) and part == model.__name__:
+            continue                          # a union's tag: the member pydantic tried
         if field is None:
             return []
         model = _model_of(field.annotation)
@@ -324,8 +343,11 @@ def validate(path: str | os.PathLike) -> tuple[dict, list[str]]:
     try:
         model = CampaignModel.model_validate({k: v for k, v in raw.items() if not _inert_key(k, v)})
     except ValidationError as e:
-        for err in e.errors():
-            loc = _clean_loc(err["loc"], lines)
+        errs = [(_clean_loc(err["loc"], lines), err) for err in e.errors()]
+        locs = [loc for loc, _ in errs]
+        for loc, err in errs:           # a union's other member ('true or a mapping') said at a deeper key
+            if any(len(o) > len(loc) and o[:len(loc)] == loc for o in locs):
+                continue
             rep.error(loc, _message(err, ".".join(map(str, loc))))
     _semantic(raw, model, rep)
     if rep.errors:
@@ -361,28 +383,21 @@ def _all_fields() -> set[str]:
 
 # keys a campaign once accepted without doing anything with them: refused, with why
 INERT = {
-    ("objective", "goodput_at_slo"): "objective goodput_at_slo is not wired into the campaign loop yet "
-                                     "(no arm would ever be promoted); use decode_geomean or decode@DEPTH, "
-                                     "and `tuner measure --sweep` for goodput by hand",
-    ("measure", "sweep"): "measure.sweep is not run by the campaign loop yet; remove it "
-                          "(`tuner measure CAMPAIGN --sweep` runs the concurrency sweep on one shape)",
     ("telemetry", None): "top-level telemetry is not read; use measure.telemetry: true",
 }
 
 
 def _inert_key(k, v) -> bool:
-    return (k, None) in INERT or (k == "objective" and v == "goodput_at_slo")
+    return (k, None) in INERT
 
 
 def _refuse_inert(raw: dict, rep: Report) -> None:
-    if raw.get("objective") == "goodput_at_slo":
-        rep.error(("objective",), INERT[("objective", "goodput_at_slo")])
     if "telemetry" in raw:
         rep.error(("telemetry",), INERT[("telemetry", None)])
     m = raw.get("measure")
-    if isinstance(m, dict) and "sweep" in m:
-        rep.error(("measure", "sweep"), INERT[("measure", "sweep")])
-        m.pop("sweep")
+    if raw.get("objective") == "goodput_at_slo" and isinstance(m, dict) and m.get("sweep") is False:
+        rep.error(("measure", "sweep"), "objective goodput_at_slo is the sweep's goodput: remove sweep: false "
+                                        "(or choose decode_geomean)")
 
 
 def _semantic(raw: dict, model: CampaignModel | None, rep: Report) -> None:
@@ -391,7 +406,7 @@ def _semantic(raw: dict, model: CampaignModel | None, rep: Report) -> None:
     from tuner.verdict import Objective
 
     obj = raw.get("objective")
-    if isinstance(obj, str) and obj != "goodput_at_slo":
+    if isinstance(obj, str):
         try:
             Objective.parse(obj)
         except ConfigError as e:
