@@ -203,7 +203,7 @@ def test_sd_notify_and_detach(tmp_path, sim_image):
             got.append(s.recv(4096).decode())
     except socket.timeout:
         pass
-    assert got[0] == "READY=1" and any(m.startswith("STATUS=arm 1") for m in got) and "WATCHDOG=1" in got
+    assert got[0] == "READY=1" and any(m.startswith("STATUS=notify · arm 1 ") for m in got) and "WATCHDOG=1" in got
     # --detach returns at once; the daemon writes its pid and status reads the journal
     path2 = campaign(tmp_path, sim_image, "detached", levers=SMALL, budget={"max_arms": 3})
     r = tuner("run", path2, "--detach")

@@ -13,7 +13,6 @@ import sys
 import time
 import uuid
 
-import pytest
 import yaml
 
 from tests.report_journals import REPO
