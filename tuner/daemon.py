@@ -25,8 +25,9 @@ def sd_notify(msg: str) -> bool:
         addr = "\0" + addr[1:]
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.setblocking(False)          # a full notify queue drops a message; it never stalls the night
             s.connect(addr)
-            s.sendall(msg.encode())
+            s.send(msg.encode())
         return True
     except OSError:
         return False

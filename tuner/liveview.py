@@ -92,6 +92,7 @@ class NightView:
         self._console = console
         self._live = None
         self._swapped: list[logging.Handler] = []
+        self._notified = 0.0
 
     # -- state --------------------------------------------------------------------------------
     def set_phase(self, phase: str, new_arm: bool = False) -> None:
@@ -113,7 +114,7 @@ class NightView:
             durations = [a.end.get("arm_s") for a in st.arms.values() if a.end and a.end.get("arm_s")]
             self.arm_s = [float(x) for x in durations]
             self.phase = "between arms"
-        self._publish()
+        self._publish(force=True)
 
     # -- words --------------------------------------------------------------------------------
     def eta(self) -> tuple[float | None, str]:
@@ -163,8 +164,10 @@ class NightView:
         styles = ("bold", "", "dim")
         return Group(*(Text(line, style=st, no_wrap=True, overflow="ellipsis") for line, st in zip(self.lines(), styles)))
 
-    def _publish(self) -> None:
-        if self.notify:
+    def _publish(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.notify and (force or now - self._notified >= 2.0):     # phase changes: at most one per 2 s
+            self._notified = now
             self.notify(f"STATUS={self.status()}")
         try:
             folder = Path(self.camp.folder)
