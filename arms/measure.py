@@ -17,6 +17,7 @@ absent counters give None ("n/a").
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 import time
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from .errors import ConfigError, MeasurementError
 from .prompts import (DEFAULT_CACHE, LLAMACPP_API, VLLM_API, EngineAPI, PromptCache,
                       Tokenizer, api_from_profile)
 from .sse import CompletionStream, SSEParser
+
+log = logging.getLogger("arms.measure")
 
 __all__ = ["MeasurePlan", "RunResult", "DepthResult", "Measurement", "EngineAPI", "VLLM_API",
            "LLAMACPP_API", "api_from_profile", "measure_engine", "format_table",
@@ -388,6 +391,7 @@ def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
                 done[d] = DepthResult(d, skipped_reason=f"not measured: {why_invalid}")
                 continue
             runs: list[RunResult] = []
+            log.info("[measure depth %d] %d runs of %d tokens", d, plan.runs, plan.max_tokens)
             while len(runs) < plan.runs:
                 runs.append(run(d, plan.max_tokens))
                 bad = sum(not r.valid for r in runs)

@@ -91,7 +91,8 @@ _SCHEMA: dict[str, Any] = {
     "compile_cache": {"hit": str, "miss": str},
     "oom_detail": str,
     "failures": list, "failures_extra": list,
-    "flags": {"*": dict},
+    "flags": {"*": dict},                     # lever -> spellings (arms.spellings; llama.cpp)
+    "known_flags": list, "known_flags_extra": list,   # the engine's command-line flags (lever names are checked)
 }
 _REQUIRED = ("name", "family", "readiness.health_path", "readiness.completion_path",
              "readiness.tokenize_path", "readiness.tokenize_request_key",
@@ -146,6 +147,7 @@ class EngineProfile:
     oom_pattern: re.Pattern | None
     failures: tuple[FailureSignature, ...]
     flags: Mapping[str, Any] = field(default_factory=dict)   # arms.spellings: lever -> spellings
+    known_flags: frozenset[str] = frozenset()    # known flags (no leading dash); empty: not listed
 
     def __hash__(self) -> int:
         return hash((self.name, self.source))
@@ -251,6 +253,8 @@ def _merge(base: dict, top: Mapping, origins: dict[str, str], where: str, prefix
         if key == "failures_extra" and not prefix:
             out["failures"] = list(value or []) + list(out.get("failures") or [])
             origins["failures"] = where
+        elif key == "known_flags_extra" and not prefix:
+            out["known_flags"] = list(out.get("known_flags") or []) + list(value or [])
         elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
             out[key] = _merge(out[key], value, origins, where, path + ".")
         else:
@@ -285,6 +289,17 @@ def _compile(data: Mapping, origins: Mapping[str, str], dotted: str, *, pattern:
         if group not in names:
             raise ConfigError(f"{where}: key {dotted!r} needs a named group (?P<{group}>...)")
     return compiled
+
+
+def _known_flags(data: dict) -> frozenset[str]:
+    """Every flag name the engine knows (no leading dash): the ``known_flags`` list and, where
+    the profile has a spelling table (``flags``), each lever name and each of its spellings."""
+    names = {str(f).lstrip("-") for f in data.get("known_flags") or ()}
+    for lever, spec in (data.get("flags") or {}).items():
+        names.add(str(lever))
+        for key in ("spell", "negative"):
+            names.update(str(x).lstrip("-") for x in (spec or {}).get(key) or ())
+    return frozenset(names)
 
 
 def _build(data: dict, origins: Mapping[str, str], source: str) -> EngineProfile:
@@ -347,4 +362,5 @@ def _build(data: dict, origins: Mapping[str, str], source: str) -> EngineProfile
         oom_pattern=_compile(data, origins, "oom_detail", groups=OOM_FIELDS),
         failures=tuple(failures),
         flags=MappingProxyType(dict(data.get("flags") or {})),
+        known_flags=_known_flags(data),
     )

@@ -13,3 +13,10 @@ trap 'podman_service_stop' EXIT
 .venv/bin/tuner check examples/sim-campaign.yaml --show 5
 .venv/bin/tuner run examples/sim-campaign.yaml --quiet "$@"
 .venv/bin/tuner status examples/sim-campaign.yaml
+# the morning: promote the winner into the demo's own unit (journal/sim-demo-units/), then take it back.
+# Without a running systemd the unit file is written only (--write-only); with one, promote restarts it.
+if systemctl show --property=Version >/dev/null 2>&1; then wo=""; else wo="--write-only"; fi
+echo "== tuner promote examples/sim-campaign.yaml $wo"
+.venv/bin/tuner promote examples/sim-campaign.yaml $wo
+echo "== tuner rollback examples/sim-campaign.yaml $wo"
+.venv/bin/tuner rollback examples/sim-campaign.yaml $wo

@@ -6,10 +6,16 @@ cd "$root"
 bash scripts/install.sh
 # llama-server (a real engine for the measurement tests), built once and cached outside the repo
 # cmake builds llama-server; systemd-analyze (Debian's systemd package; systemd need not run) verifies promoted units
+# chromium (Debian's) opens report.html and the dashboard in tests/test_browser.py, driven by playwright
+# with executable_path: playwright's own browser download is never used
 missing=""
 command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
 command -v systemd-analyze >/dev/null 2>&1 || missing="$missing systemd"
-if [ -n "$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null; fi
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+command -v tmux >/dev/null 2>&1 || missing="$missing tmux"      # tests/test_liveview.py: the live view in a real terminal
+if [ -n "$missing" ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
 bash scripts/build-llama-server.sh >/dev/null
 source scripts/podman-service.sh start
 trap 'podman_service_stop' EXIT

@@ -188,22 +188,33 @@ def test_a_folder_of_a_different_campaign_file_is_refused(tmp_path, sim_image):
 
 def test_sd_notify_and_detach(tmp_path, sim_image):
     import socket
+    import threading
 
     sock_path = str(tmp_path / "notify.sock")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(sock_path)
     s.settimeout(60)
     path = campaign(tmp_path, sim_image, "notify", levers=SMALL, budget={"max_arms": 2})
-    r = tuner("run", path, "--quiet", env={"NOTIFY_SOCKET": sock_path})
-    assert r.returncode == 0, r.stderr[-2000:]
-    got = []
-    s.settimeout(0.5)
+    got, stop = [], threading.Event()
+
+    def read():                                   # as systemd does: while the night runs
+        s.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                got.append(s.recv(65536).decode())
+            except socket.timeout:
+                pass
+
+    reader = threading.Thread(target=read)
+    reader.start()
     try:
-        while True:
-            got.append(s.recv(4096).decode())
-    except socket.timeout:
-        pass
-    assert got[0] == "READY=1" and any(m.startswith("STATUS=arm 1") for m in got) and "WATCHDOG=1" in got
+        r = tuner("run", path, "--quiet", env={"NOTIFY_SOCKET": sock_path})
+    finally:
+        time.sleep(0.5)
+        stop.set()
+        reader.join()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert got[0] == "READY=1" and any(m.startswith("STATUS=notify · arm 1 ") for m in got) and "WATCHDOG=1" in got
     # --detach returns at once; the daemon writes its pid and status reads the journal
     path2 = campaign(tmp_path, sim_image, "detached", levers=SMALL, budget={"max_arms": 3})
     r = tuner("run", path2, "--detach")

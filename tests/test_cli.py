@@ -39,14 +39,14 @@ def one_line_exit_2(r):
 
 BAD = [
     ("malformed-yaml", "name: x\nbaseline: {image: [\n", r"c.yaml:\d+: not valid YAML"),
-    ("unknown-key", {**GOOD, "levres": {}}, "key 'levres': unknown key"),
-    ("bad-name", {**GOOD, "name": "has space"}, "key 'name'"),
-    ("lever-no-values", {**GOOD, "levers": {"max-num-seqs": []}}, "key 'levers.max-num-seqs'"),
+    ("unknown-key", {**GOOD, "levres": {}}, r"c.yaml:\d+: levres: unknown key"),
+    ("bad-name", {**GOOD, "name": "has space"}, r"c.yaml:\d+: name: "),
+    ("lever-no-values", {**GOOD, "levers": {"max-num-seqs": []}}, r"c.yaml:\d+: levers.max-num-seqs: "),
     ("missing-mount", {**GOOD, "baseline": {**GOOD["baseline"], "mounts": ["/no/such/dir:/models:ro"]}},
      "mount source /no/such/dir"),
     ("missing-device", {**GOOD, "baseline": {**GOOD["baseline"], "devices": ["/dev/no-such-gpu"]}},
      "device /dev/no-such-gpu does not exist"),
-    ("bad-measure", {**GOOD, "measure": {"depths": "166"}}, "key 'measure.depths'"),
+    ("bad-measure", {**GOOD, "measure": {"depths": "166"}}, r"c.yaml:\d+: measure.depths: "),
 ]
 
 

@@ -477,3 +477,60 @@ def test_real_promotion_and_rollback_with_podman(tmp_path, sim_image, podman_hos
     finally:
         host.close()
     assert json.loads((folder / "journal.jsonl").read_text().splitlines()[-1])["action"] == "rolled-back"
+
+
+# -- a promotion a new user can try: systemd checked up front, --write-only, honest words -----------
+def test_without_systemd_promote_refuses_before_writing_and_write_only_writes(tmp_path, monkeypatch, capsys):
+    base = base_shape()
+    folder = write_campaign(tmp_path, base, night(base), production(tmp_path, "unit"))
+    target = tmp_path / "units" / UNIT
+    empty = tmp_path / "no-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))                 # no systemctl here
+    assert cli.main(["promote", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach systemd to restart frank-primary.service: there is no systemctl" in err
+    assert "--write-only" in err and not target.exists() and promotions(folder) == []
+    assert cli.main(["promote", str(folder), "--write-only"]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {target}" in out and "was not reloaded or restarted" in out
+    assert parse_service(target.read_text()).shape == base.with_change("expert-prefetch", ABSENT)
+    assert cli.main(["rollback", str(folder)]) == 0          # the promotion was write-only: so is its rollback
+    out = capsys.readouterr().out
+    assert f"removed the file it wrote (there was no {UNIT} before)" in out and "restored" not in out
+    assert not target.exists()
+    assert promotions(folder) == [(1, "started"), (1, "promoted"), (1, "rolled-back")]
+
+
+def test_a_failed_promotion_of_a_new_unit_does_not_claim_a_rollback(tmp_path, caplog):
+    base = base_shape()
+    folder = write_campaign(tmp_path, base, night(base), production(tmp_path, "unit"))
+    target = tmp_path / "units" / UNIT
+    host = ProdFake(target, "unit", behave=lambda shape: (True, 2.0))     # the new unit fails
+    caplog.set_level("INFO", logger="tuner.promote")
+    lines = []
+    res = promote(folder, host=host, smoke=smoke_at(40.6), poll_s=0.5, out=lines.append)
+    assert res.outcome == "rolled-back" and not target.exists()
+    assert "NOT healthy" not in caplog.text and "restored and healthy" not in caplog.text
+    assert "there was no such file before the promotion, so nothing was restored" in caplog.text
+
+
+def test_a_running_night_is_still_running_not_without_a_winner(tmp_path):
+    import os
+
+    base = base_shape()
+    arms = night(base)[:1]                                   # only the baseline so far: no winner yet
+    folder = write_campaign(tmp_path, base, arms, production(tmp_path, "unit"))
+    (folder / "daemon.pid").write_text(str(os.getpid()))
+    with pytest.raises(ConfigError, match="still running") as e:
+        promote(folder, host=ProdFake(tmp_path / "units" / UNIT, "unit"))
+    assert "no winner" not in str(e.value)
+
+
+def test_the_demo_campaign_promotes_into_a_folder_it_owns():
+    from tuner.campaign import load_campaign
+
+    camp = load_campaign(Path(__file__).resolve().parent.parent / "examples" / "sim-campaign.yaml")
+    prod = camp.production
+    assert prod.promote_as == "unit" and prod.unit == "sim-demo.service"
+    assert not Path(prod.unit_file).is_absolute() and "journal/" in prod.unit_file

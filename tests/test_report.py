@@ -207,3 +207,31 @@ def test_an_arm_cut_by_a_crash_is_reported_as_interrupted(night, tmp_path):
     assert "interrupted — the tuner stopped mid-arm" in row_of(section(md, "Arms"), last + 1)
     fails = section(md, "Failures")
     assert "### interrupted — 1 arm(s)" in fails and cut["reason"] in fails
+
+
+def test_html_refuses_unsafe_links_and_raw_html(night):
+    from tuner.report_model import Section
+
+    rep = build_report(night)
+    rep.sections.insert(0, Section("Engine text").add("p", "evidence: [click](javascript:alert(1)) and "
+                                                           "<script>alert(2)</script> and [log](arms/0001/boot.log)")
+                        .add("ul", ["[x](vbscript:msgbox)", "<img src=x onerror=alert(3)>"]))
+    html = render_html(rep)
+    assert 'href="javascript' not in html and 'href="vbscript' not in html
+    assert "<script" not in html and "<img src=x" not in html and "&lt;script&gt;" in html
+    assert '<a href="arms/0001/boot.log">log</a>' in html          # a relative link still works
+
+
+def test_report_without_matplotlib_says_so_in_one_line(night, tmp_path, monkeypatch):
+    import sys
+
+    for mod in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, mod, None)
+    monkeypatch.delitem(sys.modules, "tuner.report_plots", raising=False)
+    folder = tmp_path / "night"
+    shutil.copytree(night, folder)
+    shutil.rmtree(folder / "report", ignore_errors=True)
+    md = write_report(folder)
+    notes = [x for x in md.splitlines() if "plots skipped: matplotlib is not installed" in x]
+    assert len(notes) == 3 and not list((folder / "report").glob("*.png"))
+    assert "data:image/png" not in (folder / "report.html").read_text()

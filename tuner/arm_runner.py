@@ -45,7 +45,7 @@ class ArmRunner:
     def __init__(self, host: Host, profile: EngineProfile, *, campaign: str, folder: Path, plan: MeasurePlan,
                  limits: BootLimits, objective: Objective, constraints: Constraints, min_effect: float = 0.02,
                  prune_below: float = 0.30, extra_env: dict | None = None, telemetry: bool = False,
-                 link_gbs: float | None = None, probe_interval_s: float = 2.0):
+                 link_gbs: float | None = None, probe_interval_s: float = 2.0, sweep=None):
         self.host, self.profile, self.campaign, self.folder = host, profile, campaign, Path(folder)
         self.plan, self.limits, self.objective, self.constraints = plan, limits, objective, constraints
         self.min_effect, self.prune_below, self.extra_env = min_effect, prune_below, extra_env
@@ -53,6 +53,7 @@ class ArmRunner:
         self.telemetry, self.link_gbs, self.probe_interval_s = telemetry, link_gbs, probe_interval_s
         self.last_boot = None
         self.sealer = Sealer()           # the campaign's secrets, hidden in the arm's files at its end
+        self.sweep = sweep                 # arms.sweep.SweepPlan: the concurrency sweep each measured arm runs
 
     @classmethod
     def for_campaign(cls, camp, host: Host, profile: EngineProfile, plan: MeasurePlan | None = None) -> "ArmRunner":
@@ -60,7 +61,7 @@ class ArmRunner:
         runner = cls(host, profile, campaign=camp.name, folder=camp.folder, plan=plan or camp.measure,
                      limits=camp.boot, objective=s.objective, constraints=s.constraints, min_effect=s.min_effect,
                      prune_below=s.prune_below, telemetry=camp.telemetry, link_gbs=m.get("link_gbs"),
-                     probe_interval_s=float(m.get("probe_interval_s", 2.0)))
+                     probe_interval_s=float(m.get("probe_interval_s", 2.0)), sweep=camp.sweep_plan)
         runner.sealer = Sealer.of(camp.baseline, camp.raw)
         return runner
 
@@ -122,12 +123,15 @@ class ArmRunner:
                     m = _extend(m, measure_engine(b.base_url, replace(plan, runs=k, warm_tokens=0), self.api,
                                                   http=http, clock=self.host.now))
                 rec["measure_s"] = round(self.host.now() - t_measure, 3)
+                sweep = self._sweep(n, b) if self.sweep and not pruned and m.outcome == "measured" else None
                 if self.telemetry and not pruned and m.outcome == "measured":
                     rec["telemetry"] = self._telemetry(b, http, boot, shape, m, folder)
             rec["probes"] = probes.to_dict()
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "measure.json").write_text(json.dumps(m.to_dict(include_text=True), indent=1))
         mdict = m.to_dict()
+        if sweep is not None:
+            mdict["sweep"] = sweep
         rec["measurement"] = mdict
         rec["noise"] = objective_sigma(mdict)
         q = quality.check(self.reference(reference_arm), m, numerics)
@@ -185,6 +189,17 @@ class ArmRunner:
         if mine < (1 - self.prune_below) * theirs:
             return f"pruned after depth {depth}: {mine:.2f} vs incumbent {theirs:.2f} tok/s"
         return None
+
+    def _sweep(self, n: int, b) -> dict:
+        """The concurrency sweep (goodput at the SLO, the knee) on the booted arm, wall clock."""
+        from arms.sweep import run_sweep
+
+        log.info("[arm %s SWEEP] concurrency %s, %g s each", n, ",".join(map(str, self.sweep.levels)),
+                 self.sweep.duration_s)
+        r = run_sweep(b.base_url, self.api, self.sweep)
+        log.info("[arm %s SWEEP done] goodput_at_slo %.3f req/s%s, knee %s", n, r.goodput_at_slo,
+                 f" @ concurrency {r.goodput_level}" if r.goodput_level else " (no level meets the SLO)", r.knee)
+        return r.to_dict()
 
     def _finish(self, rec: dict, t0: float, folder: Path) -> dict:
         rec["arm_s"] = round(self.host.now() - t0, 3)

@@ -6,17 +6,20 @@ paths (compile cache, mounts, the campaign folder) are relative to the campaign 
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from arms.boot import BootLimits
 from arms.errors import ConfigError
 from arms.shape import COMPILE_CACHE_TARGET, Lever, Mount, Shape
+from tuner.schema import CampaignInvalid, lines_of, validate
+
+log = logging.getLogger("tuner.campaign")
 
 TOP_KEYS = {"search", "name", "engine", "podman", "baseline", "levers", "boot", "journal", "measure",
             "objective", "constraints", "budget", "noise", "production", "telemetry", "profile",
@@ -35,6 +38,43 @@ class Budget:
     until: tuple[int, int] | None = None    # local HH:MM, next occurrence
     hours: float | None = None              # or a duration (simulated nights use this)
     max_arms: int | None = None
+    timezone: str | None = None             # IANA zone of `until` (default: this host's)
+
+    def until_epoch(self, wall_now: float) -> float | None:
+        """The wall-clock time (epoch seconds) of the next `until`, DST-safe: 07:00 is 07:00
+        on the day it falls, also when the clocks change overnight."""
+        if self.until is None:
+            return None
+        import datetime as dt
+
+        zone = _zone(self.timezone)
+        now = dt.datetime.fromtimestamp(wall_now, zone) if zone else dt.datetime.fromtimestamp(wall_now)
+        for days in (0, 1, 2):
+            day = now.date() + dt.timedelta(days=days)
+            at = dt.datetime.combine(day, dt.time(*self.until), tzinfo=zone)
+            ts = at.timestamp()           # naive: local time through mktime (DST-aware)
+            if ts > wall_now:
+                return ts
+        return None
+
+
+def _zone(name: str | None):
+    """The ZoneInfo for ``name``, or this host's zone (TZ, /etc/localtime); None: use mktime."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    name = name or os.environ.get("TZ", "").lstrip(":") or None
+    if name is None:
+        try:
+            link = os.path.realpath("/etc/localtime")
+            name = link.split("/zoneinfo/", 1)[1] if "/zoneinfo/" in link else None
+        except OSError:
+            name = None
+    if not name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -66,6 +106,20 @@ class Campaign:
     production: Any = None         # tuner.guard.Production
 
     @property
+    def sweep_plan(self):
+        """The concurrency sweep every measured arm runs (arms.sweep.SweepPlan): ``measure.sweep``
+        (true or its settings), and always when the objective is goodput_at_slo; else None."""
+        spec = (self.raw.get("measure") or {}).get("sweep")
+        if spec in (None, False) and self.search.objective.kind != "goodput_at_slo":
+            return None
+        from arms.sweep import SweepPlan
+
+        kw = dict(spec) if isinstance(spec, dict) else {}
+        if "levels" in kw:
+            kw["levels"] = tuple(kw["levels"])
+        return SweepPlan(**kw)
+
+    @property
     def telemetry(self) -> bool:
         return bool((self.raw.get("measure") or {}).get("telemetry"))
 
@@ -75,21 +129,6 @@ class Campaign:
         except KeyError:
             known = ", ".join(sorted(self.levers)) or "none"
             raise ConfigError(f"{self.path}: unknown lever '{name}' (levers of this campaign: {known})") from None
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML that refuses a key given twice (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = {}
-        for knode, _ in node.value:
-            key = self.construct_object(knode, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key '{key}' is given twice (first on line {seen[key] + 1}); keep one",
-                    knode.start_mark)
-            seen[key] = knode.start_mark.line
-        return super().construct_mapping(node, deep=deep)
 
 
 def _err(path: Path, key: str, why: str) -> ConfigError:
@@ -125,60 +164,49 @@ def _baseline(path: Path, raw: Any) -> Shape:
 
 
 def load_campaign(path: str | os.PathLike) -> Campaign:
+    """The campaign in ``path``: every error of the file at once (CampaignInvalid), each with
+    its line and key; nothing is contacted (tuner/schema.py)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read the campaign file: {e.strerror}") from None
-    try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{p}{where}: not valid YAML: {getattr(e, 'problem', None) or e}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{p}: a campaign file is a mapping (name, engine, baseline, levers, ...)")
-    for k in raw:
-        if k not in TOP_KEYS:
-            raise _err(p, k, f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
-    name = raw.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise _err(p, "name", f"{name!r} must be 1-64 letters, digits, '.', '_' or '-'")
-    engine = raw.get("engine", "vllm-expert-offload")
-    if not isinstance(engine, str):
-        raise _err(p, "engine", "must name an engine profile (vllm, vllm-expert-offload, llamacpp) or a file")
-    podman = raw.get("podman")
-    if podman is not None and not isinstance(podman, str):
-        raise _err(p, "podman", "must be a socket URL such as unix:///run/podman/podman.sock")
-    baseline = _baseline(p, raw.get("baseline"))
-    levers: dict[str, Lever] = {}
-    lv = raw.get("levers") or {}
-    if not isinstance(lv, dict):
-        raise _err(p, "levers", "must be a mapping of lever: [values] or {values: [...], numerics: ...}")
-    for lname, spec in lv.items():
+    raw, warnings = validate(p)
+    for w in warnings:
+        log.warning("%s", w)
+    errors: list[str] = []
+
+    def part(key: str, build):
         try:
-            lever = Lever.from_spec(str(lname), spec)
+            return build()
         except ConfigError as e:
-            raise ConfigError(f"{p}: key 'levers.{lname}': {e}") from None
-        if lever.name in levers:
-            raise _err(p, f"levers.{lname}", "this lever is listed twice; keep one")
-        levers[lever.name] = lever
-    baseline, levers = _canonical_flags(p, engine, raw.get("profile"), baseline, levers)
-    boot_raw = raw.get("boot") or {}
-    if not isinstance(boot_raw, dict) or set(boot_raw) - BOOT_KEYS:
-        raise _err(p, "boot", f"known keys: {', '.join(sorted(BOOT_KEYS))}")
-    try:
-        boot = BootPlan(**{k: float(v) for k, v in boot_raw.items()})
-    except (TypeError, ValueError):
-        raise _err(p, "boot", "timeouts are numbers of seconds") from None
-    folder_root = raw.get("journal", "journal")
-    folder = Path(_resolve_path(p.parent, str(folder_root))) / name
-    prof = raw.get("profile") or {}
-    if not isinstance(prof, dict):
-        raise _err(p, "profile", "must be a mapping of engine-profile keys to override")
-    return Campaign(path=p, name=name, engine=engine, podman=podman, baseline=baseline, levers=levers,
-                    boot=boot, folder=folder, raw=raw, profile_overrides=prof, measure=_measure(p, raw),
-                    search=_search(p, raw), production=_production(p, raw))
+            line, _ = lines_of(p).line(tuple(key.split(".")))
+            why = re.sub(rf"^{re.escape(str(p))}: (key '[^']*': )?", "", str(e))
+            errors.append(f"{p}:{line}: {key}: {why}")
+            return None
+
+    name = raw["name"]
+    engine = raw.get("engine", "vllm-expert-offload")
+    baseline = part("baseline", lambda: _baseline(p, raw.get("baseline")))
+    levers: dict[str, Lever] = {}
+    for lname, spec in (raw.get("levers") or {}).items():
+        lever = part(f"levers.{lname}", lambda: Lever.from_spec(str(lname), spec))
+        if lever is not None:
+            levers[lever.name] = lever
+    if baseline is not None:               # llama.cpp: one lever name per flag, whatever its spelling
+        canon = part("levers", lambda: _canonical_flags(p, engine, raw.get("profile"), baseline, levers))
+        if canon is not None:
+            baseline, levers = canon
+    boot = BootPlan(**{k: float(v) for k, v in (raw.get("boot") or {}).items()})
+    folder = Path(_resolve_path(p.parent, str(raw.get("journal", "journal")))) / name
+    measure = part("measure", lambda: _measure(p, raw))
+    search = part("budget", lambda: _search(p, raw))
+    production = part("production", lambda: _production(p, raw))
+    if errors:
+        raise CampaignInvalid(errors)
+    camp = Campaign(path=p, name=name, engine=engine, podman=raw.get("podman"), baseline=baseline, levers=levers,
+                    boot=boot, folder=folder, raw=raw, profile_overrides=raw.get("profile") or {},
+                    measure=measure, search=search, production=production)
+    part("measure.sweep", lambda: camp.sweep_plan)
+    if errors:
+        raise CampaignInvalid(errors)
+    return camp
 
 
 def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers: dict[str, Lever]):
@@ -212,7 +240,7 @@ def _production(path: Path, raw: dict):
 
 NOISE_KEYS = {"recheck_every", "min_effect", "confirm", "prune_below", "error_rate"}
 MODES = ("one-change", "joint")
-BUDGET_KEYS = {"until", "hours", "max_arms"}
+BUDGET_KEYS = {"until", "hours", "max_arms", "timezone"}
 
 
 def _search(path: Path, raw: dict) -> SearchPlan:
@@ -230,14 +258,15 @@ def _search(path: Path, raw: dict) -> SearchPlan:
     if not isinstance(budget_raw, dict) or set(budget_raw) - BUDGET_KEYS:
         raise _err(path, "budget", f"known keys: {', '.join(sorted(BUDGET_KEYS))}")
     until = None
-    if "until" in budget_raw:
-        m = re.fullmatch(r"(\d{1,2}):(\d{2})", str(budget_raw["until"]))
+    if budget_raw.get("until") is not None:
+        m = re.fullmatch(r"(\d{1,2}):(\d{2})", str(budget_raw["until"]).strip())
         if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
             raise _err(path, "budget.until", f"{budget_raw['until']!r} is not a time of day like \"07:00\"")
         until = (int(m.group(1)), int(m.group(2)))
     try:
-        budget = Budget(until=until, hours=float(budget_raw["hours"]) if "hours" in budget_raw else None,
-                        max_arms=int(budget_raw["max_arms"]) if "max_arms" in budget_raw else None)
+        budget = Budget(until=until, hours=float(budget_raw["hours"]) if budget_raw.get("hours") is not None else None,
+                        max_arms=int(budget_raw["max_arms"]) if budget_raw.get("max_arms") is not None else None,
+                        timezone=budget_raw.get("timezone"))
         plan = SearchPlan(objective=objective, constraints=constraints,
                           recheck_every=int(noise.get("recheck_every", 6)),
                           min_effect=float(noise.get("min_effect", 0.02)),

@@ -183,6 +183,18 @@ def cmd_check(ns) -> int:
     from tuner.state import replay
 
     camp, profile, host, shape, _ = _prepare(ns.campaign, [])
+    if ns.json:
+        from dataclasses import replace
+
+        from arms.shape import format_value
+
+        st = replay([], replace(camp.baseline, image=shape.image))
+        print(json.dumps({"campaign": camp.name, "levers": len(camp.levers), "profile": profile.name,
+                          "folder": str(camp.folder), "image": shape.image, "objective": str(camp.search.objective),
+                          "constraints": camp.search.constraints.describe(),
+                          "first_arms": [{"lever": lv, "value": format_value(v), "why": why}
+                                         for _, lv, v, why in candidates(st, camp.levers)[: ns.show]]}, indent=1))
+        return 0
     print(f"campaign {camp.name}: {len(camp.levers)} levers, profile {profile.name}, folder {camp.folder}")
     print(f"image {camp.baseline.image} -> {shape.image}")
     print(f"objective {camp.search.objective}; constraints: {'; '.join(camp.search.constraints.describe()) or 'none'}")
@@ -199,6 +211,13 @@ def cmd_check(ns) -> int:
     return 0
 
 
+def cmd_schema(ns) -> int:
+    from tuner.schema import json_schema
+
+    print(json.dumps(json_schema(), indent=1, sort_keys=True))
+    return 0
+
+
 def cmd_run(ns) -> int:
     from tuner.daemon import run_campaign
 
@@ -206,7 +225,7 @@ def cmd_run(ns) -> int:
 
 
 def cmd_status(ns) -> int:
-    from tuner.daemon import print_status
+    from tuner.status import print_status
 
     return print_status(ns)
 
@@ -216,14 +235,23 @@ def cmd_report(ns) -> int:
     from tuner.report import write_report
 
     md = write_report(ns.campaign)
-    print(md, end="")
+    if ns.json:
+        from tuner.daemon import _folder
+
+        folder = _folder(ns.campaign)
+        print(json.dumps({"folder": str(folder), "markdown": str(folder / "REPORT.md"),
+                          "html": str(folder / "report.html"),
+                          "plots": sorted(str(p) for p in (folder / "report").glob("*.png"))}, indent=1))
+    else:
+        print(md, end="")
     return 0
 
 
 def cmd_export(ns) -> int:
     from tuner.export import export
 
-    print(export(ns.campaign, ns.format, ns.output))
+    path = export(ns.campaign, ns.format, ns.output)
+    print(json.dumps({"path": str(path), "format": ns.format}) if ns.json else path)
     return 0
 
 
@@ -239,7 +267,13 @@ def cmd_promote(ns) -> int:
     from tuner.daemon import _folder
     from tuner.promote import promote
 
-    res = promote(_folder(ns.campaign), ns.arm, dry_run=ns.dry_run, force=ns.force, margin_s=ns.margin_s)
+    res = promote(_folder(ns.campaign), ns.arm, dry_run=ns.dry_run, force=ns.force, margin_s=ns.margin_s,
+                  write_only=ns.write_only,
+                  **({"out": lambda _line: None} if ns.json else {}))
+    if ns.json:
+        from dataclasses import asdict
+
+        print(json.dumps(asdict(res), indent=1, default=str))
     return 1 if res.outcome == "rolled-back" else 0
 
 
@@ -247,36 +281,46 @@ def cmd_rollback(ns) -> int:
     from tuner.daemon import _folder
     from tuner.promote import rollback
 
-    return 0 if rollback(_folder(ns.campaign), force=ns.force).healthy else 1
+    res = rollback(_folder(ns.campaign), force=ns.force, write_only=ns.write_only, **({"out": lambda _line: None} if ns.json else {}))
+    if ns.json:
+        from dataclasses import asdict
+
+        print(json.dumps(asdict(res), indent=1, default=str))
+    return 0 if res.healthy else 1
 
 
 def cmd_init(ns) -> int:
     from tuner.init import init_from_container
 
     path = init_from_container(ns.from_container, ns.output, podman=ns.podman, force=ns.force)
-    print(f"wrote {path}: `tuner check {path}` validates it and lists the first arms")
+    print(json.dumps({"path": str(path)}) if ns.json else
+          f"wrote {path}: `tuner check {path}` validates it and lists the first arms")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tuner", description="offload-tuner: find the engine shape that decodes fastest")
-    p.add_argument("-v", "--verbose", action="store_true")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("image", help="build (or find) the simulated engine's image; print its digest reference")
+    def add(name: str, help: str, **kw):            # the help line is also the command's description
+        return sub.add_parser(name, help=help, description=kw.pop("description", help[0].upper() + help[1:] + "."), **kw)
+
+    s = add("image", "build (or find) the simulated engine's image; print its digest reference")
     s.add_argument("--podman", default=None, help="podman API socket (default: CONTAINER_HOST)")
     s.add_argument("--rebuild", action="store_true")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_image)
 
-    s = sub.add_parser("boot", help="boot one shape of a campaign, print its boot report, tear down")
+    s = add("boot", "boot one shape of a campaign, print its boot report, tear down")
     s.add_argument("campaign", help="campaign YAML file")
     s.add_argument("--change", action="append", default=[], metavar="LEVER=VALUE",
                    help="change one lever of the baseline (repeatable)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_boot)
 
-    s = sub.add_parser("measure", help="boot a shape and measure decode at exact depths (or measure a running engine)")
+    s = add("measure", "boot a shape and measure decode at exact depths (or measure a running engine)")
     s.add_argument("campaign", nargs="?", help="campaign YAML file")
     s.add_argument("--change", action="append", default=[], metavar="LEVER=VALUE")
     s.add_argument("--url", help="measure an engine that is already running, e.g. http://127.0.0.1:8000")
@@ -287,12 +331,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_measure)
 
-    s = sub.add_parser("check", help="validate a campaign, pin its image digest, print the arms it would run first")
+    s = add("check", "validate a campaign, pin its image digest, print the arms it would run first")
     s.add_argument("campaign")
     s.add_argument("--show", type=int, default=12, help="how many first arms to list")
+    s.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     s.set_defaults(fn=cmd_check)
 
-    s = sub.add_parser("run", help="run a campaign until its deadline or arm budget (resumes after a crash)")
+    s = add("schema", "print the campaign file's JSON Schema (for editors)",
+                       description="Print the JSON Schema of a campaign file, for editor completion and checks "
+                                   "(docs/campaign.schema.json is this output).")
+    s.set_defaults(fn=cmd_schema)
+
+    s = add("run", "run a campaign until its deadline or arm budget (resumes after a crash)")
     s.add_argument("campaign")
     s.add_argument("--max-arms", type=int, default=None, help="stop after this many arms in all")
     s.add_argument("--force-resume", action="store_true", help="continue a folder written by a different campaign file")
@@ -302,50 +352,69 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no live table, log lines only")
     s.set_defaults(fn=cmd_run)
 
-    s = sub.add_parser("status", help="what a campaign has done and what is running")
+    s = add("status", "what a campaign has done and what is running")
     s.add_argument("campaign", help="campaign YAML file or campaign folder")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--wide", action="store_true", help="every column (boot seconds, reasons), however wide")
+    s.add_argument("--json", action="store_true", help="everything as JSON: arms, objective, deadline, phase")
     s.set_defaults(fn=cmd_status)
 
-    s = sub.add_parser("report", help="the morning report: REPORT.md and report.html in the campaign folder")
+    s = add("report", "the morning report: REPORT.md and report.html in the campaign folder")
     s.add_argument("campaign", help="campaign folder (journal/<name>) or campaign YAML file")
+    s.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     s.set_defaults(fn=cmd_report)
 
-    s = sub.add_parser("export", help="one flat row per arm as CSV, JSON lines or Parquet")
+    s = add("export", "one flat row per arm as CSV, JSON lines or Parquet")
     s.add_argument("campaign", help="campaign folder (journal/<name>) or campaign YAML file")
     s.add_argument("--format", choices=("csv", "jsonl", "parquet"), default="csv")
     s.add_argument("-o", "--output", default=None, help="file to write (default: arms.FORMAT in the campaign folder)")
+    s.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     s.set_defaults(fn=cmd_export)
 
-    s = sub.add_parser("dashboard", help="optuna-dashboard on the campaign's study, bound to 127.0.0.1")
+    s = add("dashboard", "optuna-dashboard on the campaign's study, bound to 127.0.0.1")
     s.add_argument("campaign", help="campaign folder (journal/<name>) or campaign YAML file")
     s.add_argument("--port", type=int, default=8080)
     s.set_defaults(fn=cmd_dashboard)
 
-    s = sub.add_parser("promote", help="write a campaign's winner to the production service; roll back if it "
+    s = add("promote", "write a campaign's winner to the production service; roll back if it "
                                        "fails, times out or decodes slower than measured")
     s.add_argument("campaign", help="campaign folder (or its YAML file)")
     s.add_argument("--arm", type=int, default=None, help="promote this arm instead of the final incumbent")
     s.add_argument("--dry-run", action="store_true", help="show the diff of the production file and stop")
     s.add_argument("--force", action="store_true",
                    help="promote an arm that was not better-and-confirmed; continue after an interrupted promotion")
+    s.add_argument("--write-only", action="store_true",
+                   help="write (and back up) the unit file only: no daemon-reload, restart or health check "
+                        "(a machine without systemd, or to apply it yourself)")
     s.add_argument("--margin-s", type=float, default=None,
                    help="seconds of health wait beyond the arm's measured boot (default max(60, boot/2))")
+    s.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     s.set_defaults(fn=cmd_promote)
 
-    s = sub.add_parser("rollback", help="restore the production file the latest promotion replaced; reload, restart")
+    s = add("rollback", "restore the production file the latest promotion replaced; reload, restart")
     s.add_argument("campaign", help="campaign folder (or its YAML file)")
     s.add_argument("--force", action="store_true", help="restore even if the production file was edited since")
+    s.add_argument("--write-only", action="store_true", help="restore the file only: no daemon-reload or restart")
+    s.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     s.set_defaults(fn=cmd_rollback)
 
-    s = sub.add_parser("init", help="write a campaign whose baseline is a running container's shape")
+    s = add("init", "write a campaign whose baseline is a running container's shape")
     s.add_argument("--from-container", required=True, metavar="NAME", help="name or id of a running container")
     s.add_argument("-o", "--output", default=None, help="campaign file to write (default NAME.yaml)")
     s.add_argument("--podman", default=None, help="podman API socket (default: CONTAINER_HOST)")
     s.add_argument("--force", action="store_true", help="overwrite the output file")
+    s.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     s.set_defaults(fn=cmd_init)
 
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("offload-tuner")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,11 +424,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return ns.fn(ns)
     except TunerError as e:
-        print(f"tuner: error: {e}", file=sys.stderr)
+        for line in str(e).splitlines() or [""]:     # a campaign's errors: one line each
+            print(f"tuner: error: {line}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("tuner: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:                  # `tuner status X | head -1`: the reader has all it wanted
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())    # so the interpreter's final flush does not fail too
+        return 0
 
 
 if __name__ == "__main__":

@@ -25,8 +25,9 @@ def sd_notify(msg: str) -> bool:
         addr = "\0" + addr[1:]
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.setblocking(False)          # a full notify queue drops a message; it never stalls the night
             s.connect(addr)
-            s.sendall(msg.encode())
+            s.send(msg.encode())
         return True
     except OSError:
         return False
@@ -80,6 +81,9 @@ def run_campaign(ns) -> int:
     from arms.secrets import SealFilter, Sealer
 
     camp = load_campaign(ns.campaign)
+    if ns.simulated and camp.sweep_plan is not None:
+        raise ConfigError(f"{camp.path}: the concurrency sweep (measure.sweep / objective goodput_at_slo) needs "
+                          "wall-clock concurrency: run it on podman, without --simulated")
     seal_logs = SealFilter(Sealer.of(camp.baseline, camp.raw))
     for h in logging.getLogger().handlers:           # no secret of the campaign reaches a log line
         h.addFilter(seal_logs)
@@ -101,30 +105,30 @@ def _run_locked(ns, camp) -> int:
         from host.probes import gpu_holders
 
         holders = gpu_holders()
+        if holders is None:
+            log.warning("[gpu] no VRAM reader works here (pip install 'offload-tuner[gpu]' for nvidia-ml-py / "
+                        "amdsmi): the 'GPU memory already taken' check is off")
         if holders:
             who = ", ".join(f"{name} (pid {pid}, {used / 2**30:.1f} GiB)" for pid, name, used in holders[:4])
             raise ConfigError(f"the GPU memory is already taken by {who}: stop it (or the production service) "
                               "before the campaign, or use production.guard: stop-and-restore")
     deadline = deadline_from(camp.search.budget, host.now(), host.wall())      # a simulated night: its own clock
     max_arms = ns.max_arms or camp.search.budget.max_arms
-    view = None if ns.quiet or not sys.stderr.isatty() else _LiveView(camp)
+    from tuner.liveview import NightView      # header + scrolling log on a tty; sd_notify STATUS/WATCHDOG always
+
+    view = NightView(camp, deadline=deadline, max_arms=max_arms, clock=host.now, notify=sd_notify,
+                     live=not ns.quiet and sys.stderr.isatty(), simulated=bool(ns.simulated))
 
     def on_arm(st, end):
-        msg = f"STATUS=arm {max(st.arms)} {end.get('verdict')}; incumbent {st.incumbent_key}"
-        sd_notify(msg)
+        view.update(st)
         sd_notify("WATCHDOG=1")
-        if view:
-            view.update(st)
 
     loop = CampaignLoop(camp, host, profile, deadline=deadline, max_arms=max_arms,
                         force_resume=ns.force_resume, on_arm=on_arm)
     (camp.folder / "daemon.pid").write_text(str(os.getpid()))
     sd_notify("READY=1")
     try:
-        if view:
-            with view:
-                summary = loop.run()
-        else:
+        with view:
             summary = loop.run()
     finally:
         try:
@@ -135,26 +139,6 @@ def _run_locked(ns, camp) -> int:
           f"(objective {summary.incumbent_objective if summary.incumbent_objective is None else round(summary.incumbent_objective, 2)}); "
           f"{summary.moves} incumbent moves" + (f"\nverdict: {summary.verdict}" if summary.verdict else ""))
     return 0
-
-
-class _LiveView:
-    """rich live table: current arm, ETA of the night, arms so far."""
-
-    def __init__(self, camp):
-        from rich.live import Live
-
-        self.camp = camp
-        self.live = Live(refresh_per_second=2, transient=False)
-
-    def __enter__(self):
-        self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.live.__exit__(*exc)
-
-    def update(self, st) -> None:
-        self.live.update(arms_table(st, last=15))
 
 
 def arms_table(st, last: int | None = None):

@@ -398,9 +398,4 @@ def deadline_from(budget, host_now: float, wall_now: float | None = None) -> flo
     if budget.until is None:
         return None
     wall_now = time.time() if wall_now is None else wall_now
-    lt = time.localtime(wall_now)
-    hh, mm = budget.until
-    target = time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, hh, mm, 0, 0, 0, -1))
-    if target <= wall_now:
-        target += 86400
-    return host_now + (target - wall_now)
+    return host_now + (budget.until_epoch(wall_now) - wall_now)     # DST-safe (zoneinfo)

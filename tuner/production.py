@@ -151,7 +151,7 @@ def target_of(ctx: Context) -> Target:
 
     def resolve(p: str) -> Path:
         q = Path(os.path.expanduser(p))
-        return q if q.is_absolute() else ctx.base_dir / q
+        return q if q.is_absolute() else (ctx.base_dir / q).resolve()
 
     user = prod.scope == "user"
     if prod.promote_as == "quadlet":

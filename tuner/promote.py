@@ -31,7 +31,7 @@ from pathlib import Path
 
 from arms.argv import is_secret
 from arms.errors import ConfigError, HostError
-from arms.host import RealTime, Systemctl
+from host.systemd import SystemdHost, WriteOnlyHost
 
 from .guard import Production
 from .production import (
@@ -57,16 +57,12 @@ BACKUP_TAG = ".tuner-backup-"
 UP = ("active", "activating", "reloading")
 
 
-class SystemdHost(RealTime, Systemctl):
-    """The promotion's host on the production box: systemctl, wall clock, plain HTTP."""
-
-    def __init__(self, user: bool = False):
-        self.systemctl_user = user
+__all__ = ["promote", "rollback", "Result", "SystemdHost", "WriteOnlyHost"]
 
 
 @dataclass
 class Result:
-    outcome: str                  # dry-run | unchanged | promoted | rolled-back | restored
+    outcome: str                  # dry-run | unchanged | promoted | written | rolled-back | restored
     arm: int | None = None
     target: str = ""
     diff: str = ""
@@ -135,11 +131,13 @@ def _preflight(ctx: Context, target: Target, force: bool) -> None:
 # -- promote -----------------------------------------------------------------------------------
 def promote(folder, arm: int | None = None, *, dry_run: bool = False, force: bool = False, host=None,
             margin_s: float | None = None, poll_s: float = 2.0, smoke: Smoke | None = None,
-            out: Callable[[str], None] = print) -> Result:
+            out: Callable[[str], None] = print, write_only: bool = False) -> Result:
     ctx = load_context(folder)
+    if not dry_run:
+        _still_running(ctx)            # before choosing: a night with no winner *yet* is not "no winner"
     choice = choose(ctx.state, arm, force)
     target = target_of(ctx)
-    host = host or SystemdHost(user=_user_scope(ctx.production, target.path))
+    host = host or _host(ctx, target.path, write_only, dry_run)
     existing = _read(target.path)
     new = render(ctx, target, choice, host, existing)
     changes = [c.describe() for c in ctx.baseline.diff(choice.shape)]
@@ -157,6 +155,30 @@ def promote(folder, arm: int | None = None, *, dry_run: bool = False, force: boo
     with _locked(ctx.folder):
         return _promote(ctx, host, target, choice, existing, new, changes, diff, margin_s, poll_s,
                         smoke or measured_smoke(host, ctx.plan, ctx.profile), out)
+
+
+def _host(ctx: Context, path: Path, write_only: bool, dry_run: bool = False):
+    """The real host, after checking up front that systemd answers (or --write-only)."""
+    user = _user_scope(ctx.production, path)
+    if write_only:
+        return WriteOnlyHost(user=user)
+    host = SystemdHost(user=user)
+    why = None if dry_run else host.unreachable()
+    if why:
+        raise ConfigError(f"cannot reach systemd to restart {ctx.production.unit}: {why}; nothing was written. "
+                          "Run it on the machine that serves the model, or pass --write-only to write the unit "
+                          "file only (then daemon-reload and restart it yourself)")
+    return host
+
+
+def _still_running(ctx: Context) -> None:
+    pidf = ctx.folder / "daemon.pid"
+    if pidf.exists():
+        with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+            pid = int(pidf.read_text())
+            os.kill(pid, 0)
+            raise ConfigError(f"campaign {ctx.name} is still running (daemon pid {pid}, {len(ctx.state.arms)} arms "
+                              "so far); promote after it ends — `tuner status` shows where it is")
 
 
 def _user_scope(prod: Production, path: Path) -> bool:
@@ -186,6 +208,12 @@ def _promote(ctx, host, target, choice, existing, new, changes, diff, margin_s, 
                        shape=choice.shape.to_dict(), why=choice.why)
     log.info("[promote #%d] arm %d -> %s (backup %s)", pid, choice.n, target.path, backup or "none: new file")
     _write(target.path, new, mode)
+    if getattr(host, "write_only", False):
+        j.append("promotion", id=pid, action="promoted", arm=choice.n, healthy_s=None, smoke=None, write_only=True)
+        out(f"wrote {target.path} (promotion #{pid}, arm {choice.n}); --write-only: {unit} was not reloaded or "
+            f"restarted — `systemctl{' --user' if host.systemctl_user else ''} daemon-reload && "
+            f"systemctl{' --user' if host.systemctl_user else ''} restart {unit}` applies it")
+        return Result("written", choice.n, str(target.path), diff)
     boot_s = (choice.end.get("boot") or {}).get("boot_s") or 0.0
     margin = margin_s if margin_s is not None else max(60.0, 0.5 * boot_s)
     url, probe = endpoint(ctx.production, ctx.profile, choice.shape.port)
@@ -234,12 +262,22 @@ def _restore(ctx: Context, host, started: dict, reason: str, poll_s: float, smok
     else:
         target.unlink(missing_ok=True)
     healthy, seconds, why = False, 0.0, ""
+    if getattr(host, "write_only", False):
+        healthy, why = True, ("restored the file it replaced" if started["existed"] else
+                              f"removed the file it wrote (there was no {target.name} before)") + \
+            f"; --write-only: {unit} was not reloaded or restarted"
+        return ctx.journal.append("promotion", id=started["id"], action="rolled-back", arm=started["arm"],
+                                  reason=reason, healthy=healthy, healthy_s=0.0, detail=why, smoke=smoke_rec)
     try:
         host.unit(unit, "daemon-reload")
         if started["state_before"] in UP and previous is not None:
             host.unit(unit, "restart")
             url, probe = endpoint(ctx.production, ctx.profile, _port_of(ctx, started["form"], previous))
             healthy, seconds, why = wait_healthy(host, unit, url, probe, ctx.production.restore_timeout_s, poll_s)
+        elif previous is None:
+            host.unit(unit, "stop")
+            healthy, why = True, (f"removed the new {target.name}: there was no such file before the promotion, "
+                                  f"so nothing was restored; {unit} stopped")
         else:
             host.unit(unit, "stop")
             healthy, why = True, f"left stopped, as it was ({started['state_before']}) before the promotion"
@@ -248,7 +286,10 @@ def _restore(ctx: Context, host, started: dict, reason: str, poll_s: float, smok
     rec = ctx.journal.append("promotion", id=started["id"], action="rolled-back", arm=started["arm"], reason=reason,
                              healthy=healthy, healthy_s=round(seconds, 3), detail=why, smoke=smoke_rec)
     if healthy:
-        log.info("[rollback #%d] %s restored and healthy (%s)", started["id"], target, why)
+        log.info("[rollback #%d] %s: %s", started["id"], target, why)
+    elif previous is None:
+        log.error("[rollback #%d] removed the new %s (there was none before); %s: %s", started["id"], target,
+                  unit, why)
     else:
         log.error("[rollback #%d] %s restored but %s is NOT healthy: %s — check `journalctl -u %s`",
                   started["id"], target, unit, why, unit)
@@ -263,7 +304,7 @@ def _port_of(ctx: Context, form: str, text: str) -> int:
 
 
 def rollback(folder, *, force: bool = False, host=None, poll_s: float = 2.0,
-             out: Callable[[str], None] = print) -> Result:
+             out: Callable[[str], None] = print, write_only: bool = False) -> Result:
     """Undo the latest promotion still in effect: restore its backup, reload, restart, wait."""
     ctx = load_context(folder)
     live = [recs for recs in _promotions(ctx).values() if recs[-1]["action"] in ("started", "promoted")]
@@ -271,7 +312,7 @@ def rollback(folder, *, force: bool = False, host=None, poll_s: float = 2.0,
         raise ConfigError(f"nothing to roll back: no promotion of campaign {ctx.name} is in effect")
     started = live[-1][0]
     target = Path(started["target"])
-    host = host or SystemdHost(user=_user_scope(ctx.production, target))
+    host = host or _host(ctx, target, write_only or bool(live[-1][-1].get("write_only")))
     current = _read(target)
     if _sha(current) != started["sha_new"] and not force:
         raise ConfigError(f"{target} changed since promotion #{started['id']} wrote it (someone edited it); "
@@ -284,5 +325,8 @@ def rollback(folder, *, force: bool = False, host=None, poll_s: float = 2.0,
     _preflight(ctx, target_of(ctx), force=True)
     with _locked(ctx.folder):
         rec = _restore(ctx, host, started, "on demand (tuner rollback)", poll_s)
-    out(f"{started['unit']} {'healthy' if rec['healthy'] else 'NOT healthy'}: {rec['detail']}")
+    if getattr(host, "write_only", False):
+        out(f"rolled back promotion #{started['id']}: {rec['detail']}")
+    else:
+        out(f"{started['unit']} {'healthy' if rec['healthy'] else 'NOT healthy'}: {rec['detail']}")
     return Result("restored", started["arm"], str(target), diff, rec["detail"], rec["healthy"])

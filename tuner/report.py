@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -25,24 +25,8 @@ from .journal import decode_value
 from .export import arm_pairs, arms_frame, campaign_folder, load_records
 from .state import replay
 from .verdict import Constraints, NoiseBand
-
-ROWS_PER_GROUP = 25          # arm-table rows per group before the rest is summarised
-MEMORY_ROWS = 40
-FAILURE_EXAMPLES = 5         # arms shown per failure class
-TELEMETRY_ARMS = 8
-GROUPS = ("Incumbent moves", "Baseline and re-checks", "Better, not confirmed", "Parity — ruled out",
-          "Worse — ruled out", "Failed")
-
-
-@dataclass
-class Section:
-    title: str
-    blocks: list[tuple[str, object]] = field(default_factory=list)   # (p|ul|table|code|img|h3, data)
-
-    def add(self, kind: str, data) -> Section:
-        self.blocks.append((kind, data))
-        return self
-
+from .report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS,  # noqa: F401
+                           Section, _num, _pct, _span, _when, _words, missing)
 
 @dataclass
 class Report:
@@ -57,46 +41,17 @@ class Report:
     def pngs(self) -> dict[str, bytes]:
         """name -> PNG bytes, drawn once per report."""
         if self._pngs is None:
-            from .report_plots import draw_all
-
-            self._pngs = draw_all(self.plots)
+            try:
+                from .report_plots import draw_all
+            except ImportError as e:           # matplotlib missing: the report still renders, and says so
+                self._pngs = {}
+                self.plot_note = (f"plots skipped: {(e.name or 'matplotlib').split('.')[0]} is not installed "
+                                  "(pip install matplotlib, or reinstall offload-tuner)")
+            else:
+                self._pngs = draw_all(self.plots)
         return self._pngs
 
-
-def missing(v) -> bool:
-    return v is None or bool(pd.isna(v))
-
-
-def _num(v, nd=2, unit="") -> str:
-    return "—" if missing(v) else f"{v:,.{nd}f}{unit}"
-
-
-def _pct(v, signed=True) -> str:
-    return "—" if missing(v) else (f"{v:+.1%}" if signed else f"{v:.1%}")
-
-
-def _when(t: float) -> str:
-    import time
-
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
-
-
-def _span(s: float) -> str:
-    s = int(round(s))
-    return f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m {s % 60:02d}s"
-
-
-def _words(ch: Change) -> str:
-    """A shape difference for the operator: add / drop / set."""
-    name = ch.name
-    flag = f"`{name[4:]}` (env)" if name.startswith("env.") else f"`--{name}`"
-    if ch.after is ABSENT:
-        return f"drop {flag} (production has {format_value(ch.before)})"
-    if ch.before is ABSENT:
-        return f"add {flag} {format_value(ch.after)}"
-    return f"set {flag} {format_value(ch.before)} → {format_value(ch.after)}"
-
-
+    plot_note: str | None = None
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """Markdown and self-contained HTML from a report's sections (``tuner.report``).
 
-Text blocks carry a little Markdown (``code``, **bold**, [links](relative/path)); the HTML
-renderer escapes everything and turns only those three into tags. Plots are PNGs under
+Text blocks carry a little Markdown (``code``, **bold**, [links](relative/path)). report.html is
+the same Markdown rendered by markdown-it-py (CommonMark + tables) with raw HTML off, so engine
+text that reaches the report is escaped, and links with an unsafe scheme (``javascript:``,
+``vbscript:``, ``file:``, ``data:`` other than images) stay text. Plots are PNGs under
 ``report/`` for the Markdown and base64 ``data:`` URIs in the HTML, so report.html needs no
 other file (its boot-log links are relative to the campaign folder, like the Markdown's).
 """
@@ -9,13 +11,11 @@ from __future__ import annotations
 
 import base64
 import html as _html
-import re
 
 import pandas as pd
+from markdown_it import MarkdownIt
 
-_CODE = re.compile(r"`([^`]+)`")
-_BOLD = re.compile(r"\*\*(.+?)\*\*")
-_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+_MD = MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
 def _cell(v) -> str:
@@ -31,7 +31,10 @@ def md_table(df: pd.DataFrame) -> str:
     return "\n".join([head, sep, *body])
 
 
-def markdown(report) -> str:
+def markdown(report, img_src=None) -> str:
+    """REPORT.md; ``img_src(name)`` gives an image's URL (default ``report/NAME.png``)."""
+    pngs = report.pngs()
+    img_src = img_src or (lambda name: f"report/{name}.png")
     out = [f"# Morning report: {report.name}", ""]
     for sec in report.sections:
         out += [f"## {sec.title}", ""]
@@ -49,18 +52,14 @@ def markdown(report) -> str:
                 out += [fence, str(data), fence]
             elif kind == "img":
                 name, alt = data
-                out.append(f"![{alt}](report/{name}.png)")
+                if name in pngs:
+                    out.append(f"![{alt}]({img_src(name)})")
+                else:
+                    out.append(f"_({getattr(report, 'plot_note', None) or 'plot ' + name + ' not drawn'})_")
             out.append("")
     out.append(f"_Written by `tuner report` from `{report.folder.name}/journal.jsonl`; "
                "`tuner export` gives every arm as CSV, JSON lines or Parquet._")
     return "\n".join(out).rstrip() + "\n"
-
-
-def inline(text: str) -> str:
-    t = _html.escape(str(text), quote=True).replace("\\*", "*").replace("\\|", "|")
-    t = _CODE.sub(lambda m: f"<code>{m.group(1)}</code>", t)
-    t = _BOLD.sub(lambda m: f"<b>{m.group(1)}</b>", t)
-    return _LINK.sub(lambda m: f'<a href="{m.group(2)}">{m.group(1)}</a>', t)
 
 
 _CSS = """body{font:14px/1.45 system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
@@ -71,27 +70,10 @@ img{max-width:100%;border:1px solid #ddd;margin:.5em 0}h2{border-bottom:1px soli
 
 
 def html(report) -> str:
+    """report.html: the Markdown above rendered by markdown-it-py, plots inline as data: URIs."""
     pngs = report.pngs()
-    body = [f"<h1>Morning report: {inline(report.name)}</h1>"]
-    for sec in report.sections:
-        body.append(f"<h2>{inline(sec.title)}</h2>")
-        for kind, data in sec.blocks:
-            if kind == "p":
-                body.append(f"<p>{inline(data)}</p>")
-            elif kind == "h3":
-                body.append(f"<h3>{inline(data)}</h3>")
-            elif kind == "ul":
-                body.append("<ul>" + "".join(f"<li>{inline(x)}</li>" for x in data) + "</ul>")
-            elif kind == "table":
-                body.append(data.apply(lambda col: col.map(inline)).to_html(index=False, escape=False, border=0)
-                            if not data.empty else "<p><i>(none)</i></p>")
-            elif kind == "code":
-                body.append(f"<pre>{_html.escape(str(data))}</pre>")
-            elif kind == "img":
-                name, alt = data
-                if name in pngs:
-                    b64 = base64.b64encode(pngs[name]).decode()
-                    body.append(f'<img alt="{_html.escape(alt)}" src="data:image/png;base64,{b64}">')
+    md = markdown(report, img_src=lambda name: "data:image/png;base64," + base64.b64encode(pngs[name]).decode())
+    body = _MD.render(md)
     return ("<!doctype html>\n<html><head><meta charset=\"utf-8\">"
             f"<title>Morning report: {_html.escape(report.name)}</title><style>{_CSS}</style></head>\n<body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+            + body + "\n</body></html>\n")

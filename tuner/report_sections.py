@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from .export import change_value_text
-from .report import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS, Section, _num, _pct,
+from .report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS, Section, _num, _pct,
                      _span, _when, _words, missing)
 
 

@@ -1,0 +1,48 @@
+"""The promotion's host on the production box: systemctl, the wall clock, plain HTTP.
+
+``SystemdHost.unreachable()`` says up front whether systemd can be asked at all (no systemctl,
+or a machine where systemd is not the init: a container, a CI runner), so `tuner promote`
+refuses before it writes anything instead of failing at daemon-reload. ``WriteOnlyHost`` is
+`tuner promote --write-only`: the files are written and backed up, the unit is left alone.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from arms.host import RealTime, Systemctl
+
+
+class SystemdHost(RealTime, Systemctl):
+    """systemctl (``--user`` for a rootless service), wall clock, plain HTTP."""
+
+    write_only = False
+
+    def __init__(self, user: bool = False):
+        self.systemctl_user = user
+
+    def unreachable(self) -> str | None:
+        """None when systemctl answers for this scope; otherwise why not, in words."""
+        if shutil.which("systemctl") is None:
+            return "there is no systemctl on this machine"
+        argv = ["systemctl"] + (["--user"] if self.systemctl_user else []) + ["show", "--property=Version"]
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"`{' '.join(argv)}` failed: {e}"
+        if r.returncode != 0 or "Version=" not in r.stdout:
+            why = (r.stderr or r.stdout).strip().splitlines()
+            return f"systemd does not answer `{' '.join(argv)}` ({why[0] if why else f'exit {r.returncode}'})"
+        return None
+
+
+class WriteOnlyHost(SystemdHost):
+    """Write the unit files only: no daemon-reload, no restart, no health wait."""
+
+    write_only = True
+
+    def unreachable(self) -> str | None:
+        return None
+
+    def unit(self, name: str, action: str) -> str:
+        return "unknown" if action == "is-active" else "skipped (--write-only)"

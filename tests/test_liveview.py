@@ -1,0 +1,111 @@
+"""The night on screen: in a real terminal (tmux), every log line of a night is in the scrollback
+exactly once and one live header (incumbent, objective, deadline, ETA, the arm and its phase)
+stays below them; without a terminal the same words go to sd_notify STATUS, with WATCHDOG=1
+while the arms run."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import yaml
+
+from tests.report_journals import REPO
+
+ARMS = 8
+
+
+def campaign(tmp_path, name) -> str:
+    c = yaml.safe_load((REPO / "examples" / "sim-campaign.yaml").read_text())
+    c["name"], c["journal"] = name, str(tmp_path / "journal")
+    c["baseline"]["compile_cache"] = str(tmp_path / "cc")
+    c["budget"] = {"max_arms": ARMS}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(c, sort_keys=False))
+    return str(path)
+
+
+def test_log_scrolls_once_under_one_header_in_tmux(tmp_path):
+    assert shutil.which("tmux"), "scripts/test.sh installs tmux"
+    path, done = campaign(tmp_path, "live-tmux"), tmp_path / "done"
+    session = f"tuner-live-{uuid.uuid4().hex[:8]}"
+    cmd = f"cd {REPO} && {sys.executable} -m tuner.cli run {path} --simulated; echo $? > {done}; sleep 60"
+    subprocess.run(["tmux", "new-session", "-d", "-x", "110", "-y", "24", "-s", session, cmd], check=True)
+    try:
+        seen_mid_run = ""
+        deadline = time.monotonic() + 240
+        while not done.exists():
+            assert time.monotonic() < deadline, "the night did not end"
+            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+            if "ETA in" in screen and "live-tmux · arm" in screen and not seen_mid_run:
+                seen_mid_run = screen
+            time.sleep(0.2)
+        assert done.read_text().strip() == "0"
+        out = subprocess.run(["tmux", "capture-pane", "-p", "-J", "-S", "-5000", "-t", session],
+                             capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    lines = out.splitlines()
+    for n in range(ARMS):
+        assert sum(f"[arm {n} START " in x for x in lines) == 1, f"arm {n} START:\n{out}"
+        assert sum(f"[arm {n} VERDICT " in x for x in lines) == 1, f"arm {n} VERDICT:\n{out}"
+    assert sum("[campaign END]" in x for x in lines) == 1
+    # one header, at the bottom, not a copy per redraw
+    headers = [i for i, x in enumerate(lines) if x.startswith("live-tmux · ")]
+    assert len(headers) == 1, out
+    h = lines[headers[0]:headers[0] + 3]
+    assert h[1].startswith("decode_geomean ") and "vs baseline) · incumbent: " in h[1]
+    assert h[2].startswith("elapsed ") and "deadline " in h[2] and "ETA in " in h[2] and "arms left" in h[2]
+    assert max(len(x) for x in h) <= 110
+    assert headers[0] > max(i for i, x in enumerate(lines) if "[arm " in x)     # below every log line
+    # while it ran, the header said the arm and its phase
+    assert seen_mid_run, "the header was never on screen while the night ran"
+    assert re.search(r"live-tmux · arm \d+ \w+: .* — (confirming: )?(booting|measuring|verdict|between|telemetry)",
+                     seen_mid_run), seen_mid_run
+
+
+def test_sd_notify_status_and_watchdog_without_a_terminal(tmp_path):
+    sock_path = str(tmp_path / "notify.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    srv.bind(sock_path)
+    srv.settimeout(0.2)
+    env = {**os.environ, "NOTIFY_SOCKET": sock_path, "WATCHDOG_USEC": "100000"}   # a tick every 0.05 s
+    p = subprocess.Popen([sys.executable, "-m", "tuner.cli", "run", campaign(tmp_path, "live-notify"), "--simulated",
+                          "--quiet"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got: list[str] = []
+    try:
+        while p.poll() is None or True:
+            try:
+                got.append(srv.recv(65536).decode())
+            except socket.timeout:
+                if p.poll() is not None:
+                    break
+    finally:
+        p.wait(timeout=240)
+        srv.close()
+    assert p.returncode == 0, p.stderr[-2000:]
+    statuses = [m[len("STATUS="):] for m in got if m.startswith("STATUS=")]
+    assert got[0] == "READY=1" and got.count("WATCHDOG=1") >= ARMS
+    assert any(" — booting" in s for s in statuses) and any("measuring depth 166" in s for s in statuses)
+    last = statuses[-1]
+    assert last.startswith("live-notify · arm ") and "incumbent: " in last and "ETA " in last
+    assert not (tmp_path / "journal" / "live-notify" / "phase.json").exists()   # removed when the night ends
+
+
+def test_status_reads_the_phase_of_a_running_night(tmp_path):
+    import json
+
+    from tests.report_journals import simulated_night
+
+    folder = simulated_night(tmp_path, arms=4)
+    (folder / "phase.json").write_text(json.dumps({"arm": 3, "phase": "measuring depth 1087"}))
+    (folder / "daemon.pid").write_text(str(os.getpid()))                # "alive": this process
+    r = subprocess.run([sys.executable, "-m", "tuner.cli", "status", str(folder), "--json"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    d = json.loads(r.stdout)
+    assert d["phase"] == "measuring depth 1087"

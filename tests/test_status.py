@@ -1,0 +1,90 @@
+"""`tuner status` for a person: 80 columns, a summary line first, pruned and unconfirmed arms
+said as such, --json complete, no traceback on a closed pipe; --version; every command's help."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.report_journals import REPO, simulated_night
+from tuner.cli import build_parser
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory):
+    return simulated_night(tmp_path_factory.mktemp("status"))
+
+
+def tuner(*args, env=None, shell=None):
+    if shell:
+        return subprocess.run(["bash", "-o", "pipefail", "-c", shell], cwd=REPO, capture_output=True, text=True,
+                              timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run([sys.executable, "-m", "tuner.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def test_status_fits_80_columns_with_a_summary_first(night):
+    r = tuner("status", str(night), env={"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(x) for x in lines) <= 80, max(lines, key=len)
+    assert lines[0].startswith("report-night: ended; ") and " arms; decode_geomean " in lines[0]
+    assert "vs baseline" in lines[0]
+    assert lines[1].startswith("incumbent: ") and "→" in lines[1]        # changes, not a hash
+    table = lines[lines.index("") + 1:]
+    assert table[0].split()[:4] == ["arm", "kind", "change", "verdict"]
+    assert any(" pruned" in x for x in table), "a pruned arm is said as such"
+    assert any("better (confirmed)" in x for x in table) and any("better (not confirmed)" in x for x in table)
+    assert len(table) >= 31
+
+
+def test_status_wide_has_every_column(night):
+    r = tuner("status", str(night), "--wide")
+    assert r.returncode == 0
+    header = [x for x in r.stdout.splitlines() if x.startswith("arm ")][0]
+    assert "boot s" in header and "reason" in header
+    assert any("pruned after depth" in x for x in r.stdout.splitlines())
+
+
+def test_status_json_is_complete(night):
+    d = json.loads(tuner("status", str(night), "--json").stdout)
+    assert d["arms"] == len(d["arm_list"]) >= 30
+    assert {"arm", "kind", "change", "verdict", "label", "objective", "delta", "reason"} <= set(d["arm_list"][0])
+    assert d["objective"] == "decode_geomean" and d["incumbent_objective"] > d["baseline_objective"] > 0
+    assert d["gain"] == pytest.approx(d["incumbent_objective"] / d["baseline_objective"] - 1)
+    assert d["state"] == "ended" and d["phase"] == "ended" and "deadline" in d and d["incumbent_changes"]
+
+
+def test_closed_pipe_is_not_a_traceback(night):
+    r = tuner(shell=f"{sys.executable} -m tuner.cli status {night} | head -1")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout.startswith("report-night:")
+
+
+def test_version_and_every_command_says_what_it_does():
+    r = tuner("--version")
+    assert r.returncode == 0 and r.stdout.startswith("tuner ")
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, parser in sub.choices.items():
+        assert parser.description and len(parser.description) > 20, name
+        if name not in ("run", "dashboard", "schema"):       # result-producing commands take --json
+            assert "--json" in parser.format_help(), name
+
+
+def test_a_better_probe_without_its_confirmation_is_unconfirmed(night, tmp_path):
+    import shutil
+
+    from tests.report_journals import records, write_journal
+
+    recs = records(night)
+    probe = next(r for r in recs if r["op"] == "arm_end" and r["verdict"] == "better" and r["kind"] == "probe")
+    cut = [r for r in recs if not (r.get("arm", -1) > probe["arm"] or r["op"] in ("campaign_end", "incumbent"))]
+    folder = tmp_path / "night"
+    shutil.copytree(night, folder)
+    write_journal(folder, cut)
+    r = tuner("status", str(folder))
+    row = [x for x in r.stdout.splitlines() if x.lstrip().startswith(f"{probe['arm']} ")]
+    assert row and "better (unconfirmed)" in row[0], r.stdout

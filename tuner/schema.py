@@ -1,0 +1,529 @@
+"""The campaign file's schema: exact types, ranges, every error at once with file:line and key.
+
+``validate(path)`` reads a campaign YAML and returns the raw mapping, or raises ``CampaignInvalid``
+listing each error as ``FILE:LINE: KEY: what was expected, got what (the fix)``. It contacts no
+service: types and ranges come from the pydantic models below (strict: ``'false'`` is not a bool,
+``2.7`` is not an integer), the meaning of each section from the same constructors the campaign
+uses (levers, the baseline shape, the objective), lever names from the engine profile's ``flags``.
+``json_schema()`` is the JSON Schema editors use (``tuner schema``; docs/campaign.schema.json).
+"""
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from arms.errors import ConfigError
+
+log = logging.getLogger("tuner.campaign")
+
+MAX_NODES = 20_000          # a campaign is a few hundred YAML nodes; aliases expanding past this are refused
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+PosFloat = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(ge=0, lt=1)]
+PosInt = Annotated[int, Field(ge=1)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class Baseline(_Model):
+    """The shape every arm starts from."""
+    image: str = Field(min_length=1, description="image reference; a tag is pinned to its digest")
+    model: str = Field(min_length=1, description="model path or name passed to the engine")
+    args: dict[str, Any] = Field(default_factory=dict, description="engine flags without --")
+    env: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    mounts: list[str | dict[str, Any]] = Field(default_factory=list,
+                                               description="SOURCE:TARGET[:ro] or {source, target, ...}")
+    compile_cache: str | dict[str, Any] | None = Field(None, description="host folder mounted at the compile cache")
+    devices: list[str] | str = Field(default_factory=list, description="device paths or CDI names")
+    port: int = Field(8000, ge=1, le=65535)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Boot(_Model):
+    timeout_s: PosFloat = 1200.0
+    hang_s: PosFloat = 600.0
+    poll_s: PosFloat = 1.0
+
+
+class Measure(_Model):
+    depths: list[PosInt] = Field(default=[166, 1087, 4064], min_length=1)
+    runs: PosInt = 3
+    warm_tokens: Annotated[int, Field(ge=0)] = 64
+    max_tokens: PosInt = 256
+    run_timeout_s: PosFloat = 300.0
+    idle_timeout_s: PosFloat = 60.0
+    max_invalid_per_depth: Annotated[int, Field(ge=0)] = 1
+    telemetry: bool = False
+    link_gbs: PosFloat | None = None
+    probe_interval_s: PosFloat = 2.0
+    sweep: bool | Sweep | None = Field(None, description="true or the sweep's settings: every measured arm runs "
+                                                          "the concurrency sweep (always with goodput_at_slo)")
+
+
+class Sweep(_Model):
+    """The concurrency sweep (arms/sweep.py; seeds 000/001): goodput at the SLO per arm."""
+    levels: list[PosInt] = Field(default=[1, 2, 4, 8, 16, 32, 64], min_length=1)
+    duration_s: PosFloat = 20.0
+    output_tokens: Annotated[int, Field(ge=2)] = 200
+    slo_ttft_s: PosFloat = 1.0
+    slo_tpot_s: PosFloat = 0.050
+    prompt_tokens: PosInt = 166
+    request_timeout_s: PosFloat = 120.0
+    idle_timeout_s: PosFloat = 60.0
+    max_requests_per_level: PosInt = 5000
+    knee_tolerance: Fraction = 0.05
+
+
+class Concurrency(_Model):
+    tokens: PosInt
+    min: PosFloat
+
+
+class ConstraintsModel(_Model):
+    max_concurrency_at: Concurrency | None = None
+    boot_seconds_max: PosFloat | None = None
+    min_slots: PosInt | None = None
+
+
+class Budget(_Model):
+    until: Any = Field(None, description='local time of day "HH:MM" (quoted), next occurrence')
+    timezone: str | None = Field(None, description="IANA zone for until (default: this host's)")
+    hours: PosFloat | None = None
+    max_arms: PosInt | None = None
+
+
+class Noise(_Model):
+    recheck_every: PosInt = 6
+    min_effect: Fraction = 0.02
+    confirm: bool = True
+    prune_below: Fraction = 0.30
+    error_rate: float = Field(0.05, gt=0, lt=0.5, description="the chance a night promotes anything that is not "
+                              "truly better (one family error rate spent over the night's comparisons)")
+
+
+class ProductionModel(_Model):
+    unit: str = Field(min_length=1)
+    guard: Literal["refuse-if-active", "stop-and-restore"] = "refuse-if-active"
+    health_url: str | None = None
+    restore_timeout_s: PosFloat = 900.0
+    promote_as: Literal["quadlet", "unit", "env-file"] | None = None
+    env_file: str | None = None
+    unit_file: str | None = None
+    quadlet_dir: str | None = None
+    mapping: dict[str, str] = Field(default_factory=dict)
+    smoke_depth: PosInt | None = None
+    profile: str | None = None
+    podman_version: str | None = None
+    scope: Literal["system", "user"] | None = None
+
+
+class CampaignModel(_Model):
+    """An offload-tuner campaign file."""
+    name: str = Field(pattern=NAME_PATTERN, description="1-64 letters, digits, '.', '_' or '-'")
+    description: str | None = None
+    engine: str = Field("vllm-expert-offload", description="engine profile name or YAML path")
+    engine_newer: bool = Field(False, description="the engine build is newer than its profile: "
+                                                  "lever flags the profile does not list are accepted")
+    podman: str | None = Field(None, description="podman API socket URL (default: CONTAINER_HOST)")
+    profile: dict[str, Any] = Field(default_factory=dict, description="engine profile overrides")
+    baseline: Baseline
+    levers: dict[str, Any] = Field(default_factory=dict,
+                                   description="LEVER: [values] or {values: [...], numerics: preserving|changing}")
+    boot: Boot = Field(default_factory=Boot)
+    journal: str = "journal"
+    measure: Measure = Field(default_factory=Measure)
+    objective: str = Field("decode_geomean", description="decode_geomean, decode@DEPTH or goodput_at_slo "
+                                                          "(the concurrency sweep's goodput, measure.sweep)")
+    constraints: ConstraintsModel = Field(default_factory=ConstraintsModel)
+    budget: Budget = Field(default_factory=Budget)
+    noise: Noise = Field(default_factory=Noise)
+    search: Literal["one-change", "joint"] = "one-change"
+    production: ProductionModel | None = None
+
+
+def json_schema() -> dict:
+    return CampaignModel.model_json_schema()
+
+
+# -- errors --------------------------------------------------------------------------------
+class CampaignInvalid(ConfigError):
+    """Every error of one campaign file, one ``FILE:LINE: KEY: message`` line each."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+class _Lines:
+    """YAML line of each key path, from the composed node tree (no construction)."""
+
+    def __init__(self, root: yaml.Node | None):
+        self.at: dict[tuple, int] = {(): 1}
+        if root is not None:
+            self._walk(root, (), set())
+
+    def _walk(self, node, path: tuple, active: set) -> None:
+        if id(node) in active:
+            return
+        active = active | {id(node)}
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = (*path, k.value if isinstance(k, yaml.ScalarNode) else str(k.start_mark.line))
+                self.at.setdefault(key, k.start_mark.line + 1)
+                self._walk(v, key, active)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                self.at.setdefault((*path, i), v.start_mark.line + 1)
+                self._walk(v, (*path, i), active)
+
+    def line(self, loc: tuple) -> tuple[int, tuple]:
+        """(line, the part of ``loc`` that names a key in the file)."""
+        path: tuple = ()
+        for part in loc:
+            key = (*path, part)
+            if key in self.at:
+                path = key
+            elif isinstance(part, str) and (*path, _int(part)) in self.at:
+                path = (*path, _int(part))
+        return self.at.get(path, 1), path
+
+
+def _int(text: str):
+    return int(text) if text.isdigit() else text
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes the document expands to with its aliases followed; stops counting past MAX_NODES."""
+    memo: dict[int, int] = {}
+
+    def size(node, depth: int) -> int:
+        if id(node) in memo:
+            return memo[id(node)]
+        if depth > 200:
+            return MAX_NODES + 1
+        memo[id(node)] = MAX_NODES + 1           # a node reached again while open: a cycle
+        if isinstance(node, yaml.MappingNode):
+            n = 1 + sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            n = 1 + sum(size(v, depth + 1) for v in node.value)
+        else:
+            n = 1
+        memo[id(node)] = n = min(n, MAX_NODES + 1)
+        return n
+
+    return size(root, 0)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for knode, _ in node.value:
+            key = self.construct_object(knode, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' is given twice (first on line {seen[key] + 1}); keep one",
+                    knode.start_mark)
+            seen[key] = knode.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: Path) -> tuple[Any, _Lines]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; give a campaign YAML file (or, where a command takes one, "
+                          "the campaign's folder journal/NAME)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the campaign file: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file (a campaign is YAML)") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None and _expanded_size(node) > MAX_NODES:
+            raise ConfigError(f"{path}: its YAML aliases expand to more than {MAX_NODES:,} values; "
+                              "a campaign needs no alias bombs — write the values out")
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: not valid YAML: {getattr(e, 'problem', None) or e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: YAML nested too deeply") from None
+    return raw, _Lines(node)
+
+
+# -- validation ------------------------------------------------------------------------------
+_HINTS = {
+    "bool_type": "write true or false, unquoted",
+    "int_type": "write a whole number, unquoted",
+    "float_type": "write a number, unquoted",
+    "string_type": "write it as text; quote it if YAML reads it as something else",
+    "dict_type": "write a mapping (key: value lines)",
+    "list_type": "write a list, e.g. [a, b]",
+}
+
+
+def _message(err: dict, key: str) -> str:
+    kind, got = err["type"], err.get("input")
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "extra_forbidden":
+        known = _fields_at(err["loc"][:-1])
+        near = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
+        return "unknown key" + (f"; did you mean '{near[0]}'?" if near else "") + \
+            (f" (known: {', '.join(known)})" if known else "")
+    msg = re.sub(r"^Input should", "should", err["msg"])
+    got_text = f"{got!r}" if not isinstance(got, (dict, list)) else type(got).__name__
+    hint = _HINTS.get(kind)
+    if kind == "string_pattern_mismatch" and key == "name":
+        msg = "must be 1-64 letters, digits, '.', '_' or '-'"
+    return f"{msg}, got {got_text}" + (f" ({hint})" if hint else "")
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    model: Any = CampaignModel
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None and isinstance(model, type) and part == model.__name__:
+            continue                          # a union's tag: the member pydantic tried
+        if field is None:
+            return []
+        model = _model_of(field.annotation)
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def _model_of(annotation) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+class Report:
+    def __init__(self, path: Path, lines: _Lines):
+        self.path, self.lines = path, lines
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+
+    def _at(self, loc: tuple) -> tuple[int, str]:
+        line, _ = self.lines.line(loc)
+        return line, ".".join(str(p) for p in loc)
+
+    def error(self, loc: tuple, why: str) -> None:
+        line, key = self._at(loc)
+        self.errors.append(f"{self.path}:{line}: {key or '(file)'}: {why}")
+
+    def warn(self, loc: tuple, why: str) -> None:
+        line, key = self._at(loc)
+        self.warnings.append(f"{self.path}:{line}: {key}: {why}")
+
+
+def validate(path: str | os.PathLike) -> tuple[dict, list[str]]:
+    """The raw campaign mapping and its warnings; CampaignInvalid with every error otherwise."""
+    p = Path(path)
+    raw, lines = read_yaml(p)
+    rep = Report(p, lines)
+    if not isinstance(raw, dict):
+        raise CampaignInvalid([f"{p}:1: (file): a campaign file is a mapping (name, engine, baseline, "
+                               "levers, ...), got " + type(raw).__name__])
+    _refuse_inert(raw, rep)
+    model = None
+    try:
+        model = CampaignModel.model_validate({k: v for k, v in raw.items() if not _inert_key(k, v)})
+    except ValidationError as e:
+        errs = [(_clean_loc(err["loc"], lines), err) for err in e.errors()]
+        locs = [loc for loc, _ in errs]
+        for loc, err in errs:           # a union's other member ('true or a mapping') said at a deeper key
+            if any(len(o) > len(loc) and o[:len(loc)] == loc for o in locs):
+                continue
+            rep.error(loc, _message(err, ".".join(map(str, loc))))
+    _semantic(raw, model, rep)
+    if rep.errors:
+        for w in rep.warnings:
+            log.warning("%s", w)
+        raise CampaignInvalid(sorted(rep.errors, key=_line_no))
+    return raw, rep.warnings
+
+
+def _line_no(error: str) -> int:
+    m = re.search(r":(\d+): ", error)
+    return int(m.group(1)) if m else 0
+
+
+def _clean_loc(loc: tuple, lines: _Lines) -> tuple:
+    """Drop pydantic's union tags ('str', 'list[str]', 'function-after[...]') from a location."""
+    out: tuple = ()
+    for part in loc:
+        if (*out, part) in lines.at or isinstance(part, int) or part in _all_fields():
+            out = (*out, part)
+        elif not re.match(r"^[a-z-]+\[.*\]$|^(str|int|float|bool|none|dict|list)$|^[A-Z]", str(part)):
+            out = (*out, part)
+    return out
+
+
+def _all_fields() -> set[str]:
+    names: set[str] = set()
+    for m in (CampaignModel, Baseline, Boot, Measure, Concurrency, ConstraintsModel, Budget, Noise,
+              ProductionModel):
+        names |= set(m.model_fields)
+    return names
+
+
+# keys a campaign once accepted without doing anything with them: refused, with why
+INERT = {
+    ("telemetry", None): "top-level telemetry is not read; use measure.telemetry: true",
+}
+
+
+def _inert_key(k, v) -> bool:
+    return (k, None) in INERT
+
+
+def _refuse_inert(raw: dict, rep: Report) -> None:
+    if "telemetry" in raw:
+        rep.error(("telemetry",), INERT[("telemetry", None)])
+    m = raw.get("measure")
+    if raw.get("objective") == "goodput_at_slo" and isinstance(m, dict) and m.get("sweep") is False:
+        rep.error(("measure", "sweep"), "objective goodput_at_slo is the sweep's goodput: remove sweep: false "
+                                        "(or choose decode_geomean)")
+
+
+def _semantic(raw: dict, model: CampaignModel | None, rep: Report) -> None:
+    """What types alone cannot say: lever specs and names, the objective, `until`, the journal."""
+    from arms.shape import ABSENT, Lever, lever_name
+    from tuner.verdict import Objective
+
+    obj = raw.get("objective")
+    if isinstance(obj, str):
+        try:
+            Objective.parse(obj)
+        except ConfigError as e:
+            rep.error(("objective",), str(e))
+    budget = raw.get("budget")
+    if isinstance(budget, dict):
+        _until(budget, rep)
+        if budget.get("hours") is not None and budget.get("until") is not None:
+            rep.error(("budget", "hours"), "give until or hours, not both")
+    _journal(raw, rep)
+    profile_flags = _profile_flags(raw, rep)
+    levers = raw.get("levers")
+    if not isinstance(levers, dict):
+        if levers is not None:
+            rep.error(("levers",), f"must be a mapping of LEVER: [values], got {type(levers).__name__}")
+        return
+    base_env = (raw.get("baseline") or {}).get("env") if isinstance(raw.get("baseline"), dict) else None
+    base_env = base_env if isinstance(base_env, dict) else {}
+    seen: dict[str, str] = {}
+    for name, spec in levers.items():
+        loc = ("levers", name)
+        try:
+            lever = Lever.from_spec(str(name), spec)
+        except ConfigError as e:
+            rep.error(loc, str(e))
+            continue
+        if lever.name in seen:
+            rep.error(loc, f"the same lever as '{seen[lever.name]}'; keep one")
+            continue
+        seen[lever.name] = str(name)
+        if lever.kind == "env":
+            if lever.target not in base_env and ABSENT not in lever.values:
+                near = difflib.get_close_matches(lever.target, list(base_env), n=1, cutoff=0.75)
+                rep.warn(loc, f"env var {lever.target} is not in baseline.env and 'absent' is not one of "
+                         "its values" + (f"; did you mean env.{near[0]}?" if near else
+                                         "; check the spelling, or add absent to its values"))
+        elif profile_flags and not raw.get("engine_newer") is True:
+            flag = lever_name(name)
+            if flag not in profile_flags and not (flag.startswith("no-") and flag[3:] in profile_flags):
+                near = difflib.get_close_matches(flag, sorted(profile_flags), n=1, cutoff=0.6)
+                rep.error(loc, f"'{flag}' is not a flag of engine profile '{raw.get('engine')}'"
+                          + (f"; did you mean '{near[0]}'?" if near else "")
+                          + " (a newer engine build: set engine_newer: true)")
+
+
+def _profile_flags(raw: dict, rep: Report) -> frozenset:
+    from arms.profiles import load_profile
+
+    engine = raw.get("engine", "vllm-expert-offload")
+    prof = raw.get("profile") or None
+    if not isinstance(engine, str) or (prof is not None and not isinstance(prof, dict)):
+        return frozenset()
+    if isinstance(engine, str) and ("/" in engine or engine.endswith((".yaml", ".yml"))):
+        engine = str((rep.path.parent / engine)) if not os.path.isabs(engine) else engine
+    try:
+        return load_profile(engine, prof).known_flags
+    except ConfigError as e:
+        rep.error(("engine",) if "overrides" not in str(e) else ("profile",), str(e))
+        return frozenset()
+
+
+_CLOCK = re.compile(r"(\d{1,2}):(\d{2})")
+
+
+def _until(budget: dict, rep: Report) -> None:
+    until = budget.get("until")
+    if until is None:
+        pass
+    elif isinstance(until, bool) or not isinstance(until, str):
+        hint = ""
+        if isinstance(until, int) and not isinstance(until, bool) and 0 <= until < 24 * 60:
+            hint = f' (YAML read {until // 60}:{until % 60:02d} as the number {until}); quote it: ' \
+                   f'until: "{until // 60:02d}:{until % 60:02d}"'
+        rep.error(("budget", "until"), f"must be a quoted time of day like \"07:00\", got {until!r}"
+                  + (hint or "; quote it: until: \"07:00\""))
+    else:
+        m = _CLOCK.fullmatch(until.strip())
+        if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
+            rep.error(("budget", "until"), f"{until!r} is not a time of day like \"07:00\" (24-hour HH:MM)")
+    tz = budget.get("timezone")
+    if isinstance(tz, str):
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            rep.error(("budget", "timezone"), f"{tz!r} is not an IANA time zone like Europe/Berlin")
+
+
+def _journal(raw: dict, rep: Report) -> None:
+    j = raw.get("journal", "journal")
+    if not isinstance(j, str):
+        return
+    q = Path(os.path.expanduser(j))
+    q = q if q.is_absolute() else rep.path.parent / q
+    probe = q
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    resolved = str(probe.resolve())
+    pseudo = any(resolved == d or resolved.startswith(d + "/") for d in ("/proc", "/sys", "/dev"))
+    if probe.exists() and (not probe.is_dir() or pseudo or not os.access(probe, os.W_OK | os.X_OK)):
+        why = "is not a folder" if not probe.is_dir() else "cannot hold files" if pseudo else "is not writable"
+        rep.error(("journal",), f"{j!r}: {probe} {why}; give a folder this user can write, e.g. journal: ./journal")
+    elif probe.exists() and probe.is_dir():
+        try:
+            st = os.statvfs(probe)
+        except OSError:
+            return
+        if st.f_flag & os.ST_RDONLY:
+            rep.error(("journal",), f"{j!r}: {probe} is on a read-only file system; give a writable folder")
+
+
+def lines_of(path: str | os.PathLike) -> _Lines:
+    """The key -> line map of a campaign file (for errors found after validation)."""
+    try:
+        return read_yaml(Path(path))[1]
+    except ConfigError:
+        return _Lines(None)
