@@ -69,4 +69,4 @@ def test_real_logs_span_engines_and_classes() -> None:
     assert {"vllm", "vllm-ascend", "vllm-rocm", "sglang", "llamacpp"} <= engines, engines
     assert len(TABLE) >= 20
     classes = {case["class"] for case in TABLE.values()}
-    assert {"ready", "oom", "kv-too-small", "bad-argument", "unsupported", "engine-init-failed"} <= classes
+    assert {"ready", "oom", "kv-too-small", "bad-argument", "unsupported", "port-in-use"} <= classes
