@@ -105,10 +105,10 @@ class _Builder:
             self.inc_arm[sh.key()] = m["arm"]
         self.move_of = {}                   # arm -> (move index, role)
         for i, m in enumerate(self.moves):
-            probe, conf = (m.get("confirmed_arms") or [None, m["arm"]])[:2]
-            self.move_of[conf] = (i, "confirm")
-            if probe is not None:
-                self.move_of[probe] = (i, "probe")
+            self.move_of[m["arm"]] = (i, "confirm")      # the arm that decided the move
+            for n in m.get("confirmed_arms") or ():       # the earlier boots of the same change
+                if n != m["arm"]:
+                    self.move_of.setdefault(n, (i, "probe"))
         self.confirm_of = {}                # probe arm -> its confirm arm
         last_probe = {}
         for a in self.arms.values():
