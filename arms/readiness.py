@@ -37,6 +37,33 @@ def bind_failure(log_text: str) -> str | None:
     return log_text[start:end if end >= 0 else len(log_text)].strip()[:300]
 
 
+class BindWatch:
+    """Reads only what a growing boot log added since the last look (at most ``LOG_TAIL``
+    bytes of it, with a little overlap) for a bind failure: each poll costs its new lines."""
+
+    def __init__(self, logs: LogFollower):
+        self.path, self.pos, self.carry, self.found = logs.path, 0, b"", None
+
+    def check(self) -> str | None:
+        if self.found:
+            return self.found
+        try:
+            size = self.path.stat().st_size
+            if size < self.pos:                        # truncated: start over
+                self.pos, self.carry = 0, b""
+            if size == self.pos:
+                return None
+            with self.path.open("rb") as f:
+                f.seek(max(self.pos, size - LOG_TAIL))
+                data = f.read(size - f.tell())
+        except OSError:
+            return None
+        self.pos = size
+        self.found = bind_failure((self.carry + data).decode("utf-8", "replace"))
+        self.carry = data[-256:]
+        return self.found
+
+
 @dataclass(frozen=True)
 class ReadyResult:
     outcome: str                  # "ready" | "exited" | "port-in-use" | "boot-timeout" | "hang"
@@ -96,6 +123,7 @@ def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
     t0 = clock()
     last_size, last_growth = -1, t0
     seen = ""
+    watch = BindWatch(logs)
     client = http or httpio.fresh_client(10.0, connect=2.0)
     try:
         while True:
@@ -103,7 +131,7 @@ def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
             st = host.state(cid)
             if st.exited:
                 return ReadyResult("exited", now - t0, st, f"container exited with code {st.exit_code}")
-            bind = bind_failure(logs.text(LOG_TAIL))
+            bind = watch.check()
             if bind:
                 return ReadyResult("port-in-use", now - t0, st, bind)
             ok, seen = probe_once(client, base_url, probe, model)
@@ -112,7 +140,7 @@ def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
                 if st.exited:
                     return ReadyResult("exited", clock() - t0, st,
                                        f"container exited with code {st.exit_code} (something else answered)")
-                bind = bind_failure(logs.text(LOG_TAIL))
+                bind = watch.check()
                 if bind:
                     return ReadyResult("port-in-use", clock() - t0, st, bind)
                 return ReadyResult("ready", clock() - t0, st, seen)

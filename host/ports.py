@@ -21,6 +21,7 @@ def listener_pid(port: int) -> int | None | bool:
     for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
         try:
             with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as servers do: TIME_WAIT is no holder
                 s.bind((addr, port))
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
