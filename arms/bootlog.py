@@ -221,39 +221,47 @@ def _scan_fields(lines: list[_Line], profile: EngineProfile, unparsed: dict) -> 
         kinds = {name: REPORT_FIELDS.get(name) or PLAN_FIELDS[name] for name in pattern.groupindex if name != "key"}
         summing = bool({"mib_sum", "count"} & set(kinds.values())) or "key" in pattern.groupindex
         for line in lines:
-            m = pattern.search(line.text)
-            if not m:
-                continue
-            groups = m.groupdict()
-            key = groups.pop("key", None)
-            for name, raw in groups.items():
-                kind = kinds[name]
-                if kind == "count":
-                    value: Any = 1
-                elif kind == "flag":
-                    value = raw is not None
-                elif raw is None:
-                    continue
-                else:
-                    try:
-                        value = _convert(kind, raw)
-                    except _CONVERT_ERRORS:
-                        unparsed.setdefault(name, raw[:200])
-                        continue
-                if key is not None:         # (?P<key>CUDA0): one value per key (per backend, device)
-                    per = found.setdefault(name, {})
-                    if isinstance(per, dict):
-                        per[key] = round(per.get(key, 0) + value, 4) if kind in ("mib_sum", "count") \
-                            else per.get(key, value)
-                elif kind in ("mib_sum", "count"):
-                    found[name] = round(found.get(name, 0.0) + value, 4)
-                elif name not in found:
-                    found[name] = value
-            if not summing:
+            # summing/counting fields take every match on the line: two records a busy log
+            # follower delivered as one line still count twice
+            matches = list(pattern.finditer(line.text)) if summing else [pattern.search(line.text)]
+            for m in matches:
+                if m is not None:
+                    _take(m, kinds, found, unparsed)
+            if matches and matches[0] is not None and not summing:
                 break
     values = {k: v for k, v in found.items() if k in REPORT_FIELDS}
     plan = {k: v for k, v in found.items() if k in PLAN_FIELDS}
     return values, plan
+
+
+def _take(m: re.Match, kinds: dict, found: dict, unparsed: dict) -> None:
+    """One match's named groups into ``found``: summed, counted, per key, or first one wins (a
+    number that does not parse is kept raw in ``unparsed``, never an exception)."""
+    groups = m.groupdict()
+    key = groups.pop("key", None)
+    for name, raw in groups.items():
+        kind = kinds[name]
+        if kind == "count":
+            value: Any = 1
+        elif kind == "flag":
+            value = raw is not None
+        elif raw is None:
+            continue
+        else:
+            try:
+                value = _convert(kind, raw)
+            except _CONVERT_ERRORS:
+                unparsed.setdefault(name, raw[:200])
+                continue
+        if key is not None:         # (?P<key>CUDA0): one value per key (per backend, device)
+            per = found.setdefault(name, {})
+            if isinstance(per, dict):
+                per[key] = round(per.get(key, 0) + value, 4) if kind in ("mib_sum", "count") \
+                    else per.get(key, value)
+        elif kind in ("mib_sum", "count"):
+            found[name] = round(found.get(name, 0.0) + value, 4)
+        elif name not in found:
+            found[name] = value
 
 
 def _convert(kind: str, raw: str) -> Any:

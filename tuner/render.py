@@ -64,8 +64,9 @@ def plan_rows(report) -> list[tuple[str, str]]:
     if "kv_reserve_gib" in p:
         rows.append(("KV reserve", f"{_g(p.get('kv_reserve_gib'))} GiB of the {_g(p.get('kv_pool_gib'))} GiB pool"))
     if report.kv_pool_tokens is not None:
-        rows.append(("KV pool", f"{_int(report.kv_pool_tokens)} tokens, max concurrency {_g(report.max_concurrency)}x "
-                                f"at {_int(report.max_concurrency_len)} tokens"))
+        conc = f", max concurrency {_g(report.max_concurrency)}x at {_int(report.max_concurrency_len)} tokens" \
+            if report.max_concurrency is not None else ""
+        rows.append(("KV pool", f"{_int(report.kv_pool_tokens)} tokens{conc}"))
     if "graphs_gib" in p:
         rows.append(("CUDA graphs", f"{_g(p.get('graphs_gib'))} GiB ({p.get('graphs_count', '?')} graphs)"))
     if "overhead_gib" in p:

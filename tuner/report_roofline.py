@@ -48,9 +48,14 @@ def roofline(b, df) -> Section | None:
     model = Path(b.baseline.model)
     if not model.is_file():
         return s.add("p", f"The model {model} is not on this host: bytes per token n/a.")
-    from host.membw import gguf_tensors
+    try:
+        from host.membw import gguf_tensors
 
-    tensors, n_expert, n_used = gguf_tensors(model)
+        tensors, n_expert, n_used = gguf_tensors(model)
+    except ImportError:
+        return s.add("p", "Bytes per token need the `gguf` package (pip install gguf) to read the model.")
+    except (OSError, ValueError) as e:
+        return s.add("p", f"The model {model} could not be read as GGUF ({e}): bytes per token n/a.")
     per_token = bytes_per_token(tensors, n_expert, n_used)
     gbs, source = _bandwidth(Path(b.folder), camp)
     inc_n = b.inc_arm.get(b.st.incumbent.key())
