@@ -150,7 +150,8 @@ class _Builder:
             self.inc_arm[sh.key()] = m["arm"]
         self.move_of = {}                   # arm -> (move index, role)
         for i, m in enumerate(self.moves):
-            probe, conf = (m.get("confirmed_arms") or [None, m["arm"]])[:2]
+            ca = m.get("confirmed_arms") or [m["arm"]]      # [probe, confirm(s)...]; one arm: a constraint move
+            probe, conf = (ca[0] if len(ca) > 1 else None), ca[-1]
             self.move_of[conf] = (i, "confirm")
             if probe is not None:
                 self.move_of[probe] = (i, "probe")
