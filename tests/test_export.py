@@ -114,14 +114,20 @@ def test_optuna_dashboard_opens_the_campaign_storage_and_lists_its_trials(night)
     ends, st = finished(recs), starts(recs)
     assert len(trials) == len(st)
     by_number = {t.number: t for t in trials}
+    moved = {r["arm"] for r in recs if r["op"] == "incumbent"} | {min(ends)}    # the baseline, then each move
     for n, end in ends.items():
         t = by_number[st[n]["trial"]]
         obj = (end.get("score") or {}).get("objective")
         told = end["verdict"] not in ("interrupted", "invalid", "corrupt") and not end["verdict"].startswith("boot-failed")
-        if told and obj is not None:
-            assert t.state == TrialState.COMPLETE and math.isclose(t.value, obj)
-        else:
+        if not told or obj is None:
             assert t.state == TrialState.FAIL
+        elif n in moved:            # the incumbent's chained value: the study's best is the incumbent
+            assert t.state == TrialState.COMPLETE
+        else:                       # every other arm: PRUNED, its objective the step-0 intermediate value
+            assert t.state == TrialState.PRUNED and math.isclose(t.intermediate_values[0], obj)
+    last = max(r["arm"] for r in recs if r["op"] == "incumbent")
+    best = max((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
+    assert best.number == st[last]["trial"]
 
 
 def _free_port() -> int:
