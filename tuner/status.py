@@ -85,13 +85,13 @@ def _deadline(records: list[dict], start: dict) -> float | None:
 
 def status_data(folder: Path) -> dict:
     from arms.shape import Shape
-    from tuner.journal import Journal
+    from tuner.export import read_records
     from tuner.state import replay
 
     jpath = folder / "journal.jsonl"
     if not jpath.exists():
         raise ConfigError(f"{folder} holds no journal.jsonl: the campaign has not run yet (`tuner run CAMPAIGN`)")
-    records = Journal(jpath).records
+    records = read_records(jpath)           # a reader: no lock, never writes (the daemon may be mid-line)
     start = next((r for r in records if r["op"] == "campaign_start"), None)
     if start is None:
         raise ConfigError(f"{jpath} has no campaign_start record")
