@@ -65,7 +65,8 @@ def test_simulated_campaign_agrees_with_the_podman_campaign(tmp_path, sim_image,
     verdicts = {a[3] for a in s_arms}
     assert {"better", "worse", "corrupt", "boot-failed:constraint-violation",
             "boot-failed:insufficient-memory-for-utilization"} <= verdicts, s_arms
-    assert len(s_moves) == 2 and s_end.startswith("converged"), (s_moves, s_end)
+    # the night is spent: it ends when every challenger is decided or its budget is used up
+    assert len(s_moves) == 2 and (s_end.startswith("converged") or "budget" in s_end), (s_moves, s_end)
     # agreement, arm by arm
     assert [a[:3] for a in p_arms] == [a[:3] for a in s_arms]       # the same arms in the same order
     assert p_arms == s_arms                                          # ... with the same verdicts

@@ -132,7 +132,8 @@ def test_all_errors_of_a_file_at_once(tmp_path, capsys, monkeypatch):
     assert len(errors) == 4
 
 
-def test_lever_typo_names_the_flag_and_an_env_typo_warns(tmp_path, capsys, caplog):
+def test_lever_typo_names_the_flag_and_an_env_typo_warns(tmp_path, capsys, caplog, monkeypatch):
+    monkeypatch.setenv("CONTAINER_HOST", "unix:///nonexistent.sock")      # podman does not answer
     path = tmp_path / "typo.yaml"
     path.write_text(HEAD + "levers:\n  env.R4D_LRU_GATHR_CHUNKS: [8, 16]\n  max-num-seqs: [2, 4]\n")
     from tuner.campaign import load_campaign
