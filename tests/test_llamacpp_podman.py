@@ -120,21 +120,22 @@ def test_a_campaign_on_the_real_llama_server(tmp_path, podman_host, llama_image,
     name = "llama-e2e"
     data = {"name": name, "engine": "llamacpp",
             "baseline": {"image": llama_image.tag, "model": str(moe_small), "port": free_port(),
-                         # the poor incumbent: two decode threads on a 2-core box whose other core the
-                         # client needs (llama.cpp's threads spin at every barrier): -t 1 is the move
-                         "args": {**BASE_ARGS, "ngl": 0, "-ub": 512, "threads": 2}},
+                         # the poor incumbent: six decode threads on a 2-core box (llama.cpp's threads
+                         # spin at every barrier, oversubscribed they wait on each other): -t 1 is the
+                         # move, whatever else the machine is doing
+                         "args": {**BASE_ARGS, "ngl": 0, "-ub": 512, "threads": 6}},
             "levers": {
                 "threads": [1],
                 "mlock": [True],                                   # removed in this build: bad-argument
                 "flash-attn": {"values": [False], "numerics": "changing"},   # another summation order
                 "-ot": ["exps=CPU"],
                 # a random-weight model loops at temperature 0: n-gram drafts are accepted, decode
-                # makes several tokens a step; the confirmed move of this campaign
+                # makes several tokens a step (numerics change: judged by the quality guard)
                 "spec-type": {"values": ["ngram-simple"], "numerics": "changing"},
             },
             "measure": {"depths": [64], "runs": 2, "warm_tokens": 16, "max_tokens": 96},
             "noise": {"recheck_every": 6, "min_effect": 0.05},
-            "budget": {"max_arms": 7},
+            "budget": {"max_arms": 8},
             "boot": {"timeout_s": 90, "hang_s": 60, "poll_s": 0.2}, "journal": str(tmp_path / "journal")}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -152,7 +153,8 @@ def test_a_campaign_on_the_real_llama_server(tmp_path, podman_host, llama_image,
     assert bad, summary
     assert any("error: invalid argument: --mlock" in line for line in bad[0]["boot"]["evidence"])
     moves = [x for x in recs if x["op"] == "incumbent"]
-    assert moves and len(moves[-1].get("confirmed_arms") or []) == 2, summary
+    assert moves and moves[0]["change"] == ["threads", 1], summary
+    assert len(moves[0].get("confirmed_arms") or []) >= 2, summary       # a move needs two boots or more
     assert podman_host.list_managed({LABEL_CAMPAIGN: name}) == []
     rep = tuner("report", str(path))
     assert rep.returncode == 0, rep.stderr[-2000:]
