@@ -168,28 +168,9 @@ def parse_env_line(line: str) -> tuple[str, str] | None:
 
 
 # -- an engine's argv, read back ----------------------------------------------------------------
-_INT = re.compile(r"-?(0|[1-9][0-9]*)\Z")
-_FLOAT = re.compile(r"-?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+)\Z")
-
-
-def typed_value(text: str) -> Any:
-    """A flag's value text back to the value ``format_value`` wrote: ints, floats, JSON
-    objects and lists; anything else stays a string (so ``"8"`` written as a string in YAML
-    comes back as the number 8 — it renders and boots the same)."""
-    if _INT.match(text):
-        return int(text)
-    if _FLOAT.match(text):
-        return float(text)
-    if text[:1] in "{[":
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _is_flag(tok: str) -> bool:
-    return tok.startswith("-") and len(tok) > 1 and not _INT.match(tok) and not _FLOAT.match(tok)
+# one reading of a flag's value text for argv of every engine (arms/spellings.py)
+from arms.spellings import _INT, _is_flag  # noqa: E402
+from arms.spellings import typed as typed_value  # noqa: E402
 
 
 def parse_engine_argv(argv: list[str], style: str = "vllm") -> tuple[str, list[tuple[str, Any]], int | None]:
