@@ -102,12 +102,16 @@ class PodmanHost(RealTime, Systemctl):
         return ctr.id
 
     def _get(self, cid: str):
-        from podman.errors import NotFound
+        from podman.errors import APIError, NotFound
 
         try:
             return self.client.containers.get(cid)
         except NotFound:
             return None
+        except APIError as e:     # podman 4.3 answers a container removed mid-call with 500 "no such container"
+            if "no such container" in str(e).lower():
+                return None
+            raise
 
     def follow_logs(self, cid: str, path: Path) -> LogFollower:
         """Copy the log as it grows; re-open a stream that ends while the container still runs

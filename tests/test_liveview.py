@@ -33,19 +33,23 @@ def campaign(tmp_path, name) -> str:
 def test_log_scrolls_once_under_one_header_in_tmux(tmp_path):
     assert shutil.which("tmux"), "scripts/test.sh installs tmux"
     path, done = campaign(tmp_path, "live-tmux"), tmp_path / "done"
+    gate, stream = tmp_path / "gate", tmp_path / "stream"
     session = f"tuner-live-{uuid.uuid4().hex[:8]}"
-    cmd = f"cd {REPO} && {sys.executable} -m tuner.cli run {path} --simulated; echo $? > {done}; sleep 60"
+    # the night waits for the gate, so every byte it draws goes through pipe-pane into `stream`
+    cmd = (f"while [ ! -e {gate} ]; do sleep 0.05; done; cd {REPO} && "
+           f"{sys.executable} -m tuner.cli run {path} --simulated; echo $? > {done}; sleep 60")
     subprocess.run(["tmux", "new-session", "-d", "-x", "110", "-y", "24", "-s", session, cmd], check=True)
     try:
-        seen_mid_run = ""
+        subprocess.run(["tmux", "pipe-pane", "-o", "-t", session, f"cat >> {stream}"], check=True)
+        gate.touch()
         deadline = time.monotonic() + 240
         while not done.exists():
             assert time.monotonic() < deadline, "the night did not end"
-            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-            if "ETA in" in screen and "live-tmux · arm" in screen and not seen_mid_run:
-                seen_mid_run = screen
             time.sleep(0.2)
         assert done.read_text().strip() == "0"
+        while "campaign END" not in stream.read_text(errors="replace"):    # pipe-pane's cat catches up
+            assert time.monotonic() < deadline, "the pane's stream never showed the night's end"
+            time.sleep(0.1)
         out = subprocess.run(["tmux", "capture-pane", "-p", "-J", "-S", "-5000", "-t", session],
                              capture_output=True, text=True).stdout
     finally:
@@ -63,10 +67,12 @@ def test_log_scrolls_once_under_one_header_in_tmux(tmp_path):
     assert h[2].startswith("elapsed ") and "deadline " in h[2] and "ETA in " in h[2] and "arms left" in h[2]
     assert max(len(x) for x in h) <= 110
     assert headers[0] > max(i for i, x in enumerate(lines) if "[arm " in x)     # below every log line
-    # while it ran, the header said the arm and its phase
-    assert seen_mid_run, "the header was never on screen while the night ran"
-    assert re.search(r"live-tmux · arm \d+ \w+: .* — (confirming: )?(booting|measuring|verdict|between|telemetry)",
-                     seen_mid_run), seen_mid_run
+    # while it ran, the header said the arm and its phase (every frame drawn is in the pane's stream)
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>78]", "\n", stream.read_text(errors="replace"))
+    mid = [x.strip() for x in re.split(r"[\r\n]+", drawn)
+           if re.search(r"live-tmux · arm \d+ \w+: .* — (confirming: )?(booting|measuring|verdict|between|telemetry)", x)]
+    assert mid, "the header never named the arm and its phase while the night ran"
+    assert any(re.search(r"ETA in ", x) for x in re.split(r"[\r\n]+", drawn)), "no ETA was ever drawn"
 
 
 def test_sd_notify_status_and_watchdog_without_a_terminal(tmp_path):
