@@ -5,6 +5,9 @@ decode tok/s = ``usage.completion_tokens / (wall - ttft)`` of a streamed complet
 where one chunk carries every token a step accepted, so chunks are only kept as evidence.
 Per depth: one 64-token warm pass first (once, at the first depth), then ``runs`` runs at
 temperature 0; the median and MAD (median absolute deviation, unscaled) of the valid runs.
+Every request defeats the engine's prompt cache by the profile's method (``cache_defeat``:
+``cache_prompt: false``, a unique ``cache_salt``, or a per-run prompt of the same depth, see
+arms.prompts.CACHE_DEFEATS), so TTFT and prefill tok/s are the engine's real ones.
 
 A run is invalid, with its reason, on: a non-200, malformed SSE, an error object in the
 stream, no usage, a stall (no byte for ``idle_timeout_s``) or a run past ``run_timeout_s``
@@ -20,6 +23,7 @@ import json
 import logging
 import statistics
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -81,6 +85,7 @@ class RunResult:
     chunks: int = 0                    # SSE chunks with text (evidence only)
     engine_decode_tok_s: float | None = None   # llama.cpp timings.predicted_per_second
     engine_prefill_tok_s: float | None = None  # llama.cpp timings.prompt_per_second
+    prompt_tag: str = ""               # "": the depth's fixed prompt; else its per-run variant
 
 
 @dataclass(frozen=True)
@@ -242,7 +247,7 @@ def sanity(s: CompletionStream, asked: int) -> str | None:
 
 
 def classify(s: CompletionStream, asked: int, *, ignores_eos: bool,
-             depth: int | None = None) -> RunResult:
+             depth: int | None = None, prompt_tag: str = "") -> RunResult:
     """One stream as a RunResult: the decode figure, and whether (or why not) it is valid.
     Figures that fail ``sanity`` are kept as evidence only: the run is invalid."""
     u = s.usage if isinstance(s.usage, dict) else {}
@@ -275,7 +280,8 @@ def classify(s: CompletionStream, asked: int, *, ignores_eos: bool,
     return RunResult(decode, s.ttft_s, comp, prompt, s.finish_reason, reason is None,
                      reason, s.wall_s, s.text, prefill, s.chunks,
                      float(engine) if type(engine) in (int, float) else None,
-                     float(engine_prefill) if type(engine_prefill) in (int, float) else None)
+                     float(engine_prefill) if type(engine_prefill) in (int, float) else None,
+                     prompt_tag)
 
 
 # -- /metrics ---------------------------------------------------------------------------------
@@ -362,27 +368,42 @@ def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
         if not todo:
             return Measurement({d: done[d] for d in plan.depths}, None, "invalid",
                                "no depth fits max_model_len", wall_s=clock() - t_start, **meta)
+        unique = api.cache_defeat == "prefix"
+        tags = [f"{d}-{k}" for d in todo for k in range(plan.runs)] + ["warm"] if unique else []
         try:
             tok = Tokenizer(client, base, api, model)
-            built = {d: (prompts or DEFAULT_CACHE).get(tok, d) for d in todo}
+            cache = prompts or DEFAULT_CACHE
+            built = {d: cache.get(tok, d) for d in todo}
+            variants = {t: cache.get(tok, todo[0] if t == "warm" else int(t.split("-")[0]),
+                                     head=f"Log {t}.\n\n") for t in tags}
         except MeasurementError as e:      # the engine's answers cannot give a prompt: invalid
             return Measurement({d: done.get(d) or DepthResult(d, skipped_reason=f"not measured: {e}")
                                 for d in plan.depths}, None, "invalid", str(e),
                                wall_s=clock() - t_start, **meta)
 
-        def run(depth: int, n: int) -> RunResult:
-            body: dict[str, Any] = {"prompt": built[depth].payload, "max_tokens": n,
+        salt = f"offload-tuner-{uuid.uuid4().hex}"
+        sent = 0
+
+        def run(depth: int, n: int, tag: str = "") -> RunResult:
+            nonlocal sent
+            sent += 1
+            prompt = variants[tag] if unique else built[depth]
+            body: dict[str, Any] = {"prompt": prompt.payload, "max_tokens": n,
                                     "temperature": plan.temperature, "stream": True,
-                                    "stream_options": {"include_usage": True},
-                                    **dict(api.cache_off)}     # prefill and TTFT are the engine's real ones
+                                    "stream_options": {"include_usage": True}}
             if model:
                 body["model"] = model
+            if api.cache_defeat == "cache_prompt":   # prefill and TTFT are the engine's real ones
+                body["cache_prompt"] = False
+            elif api.cache_defeat == "salt":
+                body["cache_salt"] = f"{salt}-{sent}"
             s = stream_completion(client, base + api.completions_path, body, clock=clock,
                                   idle_timeout_s=plan.idle_timeout_s,
                                   run_timeout_s=plan.run_timeout_s)
-            return classify(s, n, ignores_eos=api.ignores_eos, depth=depth)
+            return classify(s, n, ignores_eos=api.ignores_eos, depth=depth,
+                            prompt_tag=tag if unique else "")
 
-        warm = run(todo[0], plan.warm_tokens) if plan.warm_tokens else None
+        warm = run(todo[0], plan.warm_tokens, "warm") if plan.warm_tokens else None
         metrics_url = base + api.metrics_path if api.metrics_path else None
         before = _get_text(client, metrics_url, plan.idle_timeout_s) if metrics_url else None
         why_invalid = None
@@ -393,7 +414,7 @@ def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
             runs: list[RunResult] = []
             log.info("[measure depth %d] %d runs of %d tokens", d, plan.runs, plan.max_tokens)
             while len(runs) < plan.runs:
-                runs.append(run(d, plan.max_tokens))
+                runs.append(run(d, plan.max_tokens, f"{d}-{len(runs)}"))
                 bad = sum(not r.valid for r in runs)
                 if bad > plan.max_invalid_per_depth:
                     why_invalid = (f"{bad} of {len(runs)} runs invalid at depth {d} (limit "

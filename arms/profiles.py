@@ -80,7 +80,7 @@ _SCHEMA: dict[str, Any] = {
     "name": str, "family": str, "extends": str, "description": str,
     "readiness": {"health_path": str, "completion_path": str, "tokenize_path": str,
                   "tokenize_request_key": str, "tokenize_response_key": str,
-                  "tokenize_extra": dict, "ready_line": str},
+                  "tokenize_extra": dict, "ready_line": str, "cache_defeat": str},
     "non_default_args": {"line": str, "style": str, "key_style": str},
     "telemetry": bool, "ignores_eos": bool, "arg_defaults": dict,
     "metrics": {"spec_decode": {"*": str}},
@@ -148,6 +148,7 @@ class EngineProfile:
     failures: tuple[FailureSignature, ...]
     flags: Mapping[str, Any] = field(default_factory=dict)   # arms.spellings: lever -> spellings
     known_flags: frozenset[str] = frozenset()    # known flags (no leading dash); empty: not listed
+    cache_defeat: str | None = None              # how a measured run misses the prompt cache (arms.prompts)
 
     def __hash__(self) -> int:
         return hash((self.name, self.source))
@@ -363,4 +364,14 @@ def _build(data: dict, origins: Mapping[str, str], source: str) -> EngineProfile
         failures=tuple(failures),
         flags=MappingProxyType(dict(data.get("flags") or {})),
         known_flags=_known_flags(data),
+        cache_defeat=_cache_defeat(readiness, where=source),
     )
+
+
+def _cache_defeat(readiness: Mapping[str, Any], where: str) -> str | None:
+    from .prompts import CACHE_DEFEATS
+    method = readiness.get("cache_defeat")
+    if method is not None and method not in CACHE_DEFEATS:
+        raise ConfigError(f"{where}: key 'readiness.cache_defeat' is {method!r}, not one of "
+                          f"{', '.join(CACHE_DEFEATS)}")
+    return method

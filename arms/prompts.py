@@ -9,9 +9,9 @@ of that text is, and returns:
 * otherwise: a text prefix cut at word boundaries (binary search), then completed with
   characters of the next word or short fillers until the endpoint counts exactly N.
 
-``PromptCache`` keeps one prompt per (profile, served model, depth), so every arm of a
-campaign measures the identical prompt. A missing tokenize endpoint is a MeasurementError
-naming the profile key to set.
+``PromptCache`` keeps one prompt per (profile, served model, depth, head), so every arm of a
+campaign measures the identical prompts (see CACHE_DEFEATS for the per-run heads). A missing
+tokenize endpoint is a MeasurementError naming the profile key to set.
 """
 from __future__ import annotations
 
@@ -23,6 +23,16 @@ import httpx
 
 from . import httpio
 from .errors import MeasurementError
+
+# How each measured run defeats the engine's prompt cache, so that its TTFT and prefill are the
+# engine's real ones (profile key readiness.cache_defeat; default by family):
+#   cache_prompt  llama.cpp: "cache_prompt": false in the body; the prompt is the same for every run
+#   salt          vLLM >= 0.9: a unique "cache_salt" per request; the prompt is the same for every run
+#   prefix        any engine: each run gets its own prompt, the same depth with a different first line
+#                 ("Log <depth>-<run>."), the same for every arm, so arms compare run by run
+#   none          nothing (an engine without a prompt cache)
+CACHE_DEFEATS = ("cache_prompt", "salt", "prefix", "none")
+_FAMILY_DEFEAT = {"llamacpp": "cache_prompt", "vllm": "salt"}
 
 TOKENIZE_KEYS = ("readiness.tokenize_path", "readiness.tokenize_request_key",
                  "readiness.tokenize_response_key")
@@ -42,14 +52,14 @@ class EngineAPI:
     metrics_path: str | None = "/metrics"
     accepts_token_ids: bool = True              # completions take a list of ids as the prompt
     ignores_eos: bool = False                   # the engine always produces max_tokens
-    cache_off: tuple[tuple[str, Any], ...] = ()  # completion body keys that defeat the prompt cache
+    cache_defeat: str = "none"                  # how a measured run misses the prompt cache (CACHE_DEFEATS)
     spec_drafts_metric: str | None = None
     spec_draft_tokens_metric: str | None = None
     spec_accepted_metric: str | None = None
 
 
 VLLM_API = EngineAPI(
-    name="vllm", tokenize_extra=(("add_special_tokens", True),),
+    name="vllm", tokenize_extra=(("add_special_tokens", True),), cache_defeat="salt",
     spec_drafts_metric="vllm:spec_decode_num_drafts_total",
     spec_draft_tokens_metric="vllm:spec_decode_num_draft_tokens_total",
     spec_accepted_metric="vllm:spec_decode_num_accepted_tokens_total")
@@ -57,7 +67,7 @@ VLLM_API = EngineAPI(
 LLAMACPP_API = EngineAPI(
     name="llamacpp", tokenize_request_key="content",
     tokenize_extra=(("add_special", True), ("with_pieces", False)),
-    accepts_token_ids=False, cache_off=(("cache_prompt", False),),
+    accepts_token_ids=False, cache_defeat="cache_prompt",
     spec_drafts_metric="llamacpp:spec_decode_num_drafts_total",
     spec_draft_tokens_metric="llamacpp:spec_decode_num_draft_tokens_total",
     spec_accepted_metric="llamacpp:spec_decode_num_accepted_tokens_total")
@@ -75,7 +85,7 @@ def api_from_profile(profile: Any, *, accepts_token_ids: bool | None = None) -> 
         completions_path=getattr(profile, "completion_path", "/v1/completions"),
         accepts_token_ids=family == "vllm" if accepts_token_ids is None else accepts_token_ids,
         ignores_eos=bool(profile.ignores_eos),
-        cache_off=(("cache_prompt", False),) if family == "llamacpp" else (),
+        cache_defeat=getattr(profile, "cache_defeat", None) or _FAMILY_DEFEAT.get(family, "prefix"),
         spec_drafts_metric=spec.get("drafts"), spec_draft_tokens_metric=spec.get("draft_tokens"),
         spec_accepted_metric=spec.get("accepted_tokens"))
 
@@ -160,7 +170,7 @@ def corpus_text(min_words: int) -> str:
     return "\n\n".join(parts)
 
 
-def _pieces(min_words: int) -> list[str]:
+def _corpus_pieces(min_words: int) -> list[str]:
     """Words with the whitespace before them: a prefix of k pieces is a prefix of the text."""
     out: list[str] = []
     text = corpus_text(min_words)
@@ -237,10 +247,15 @@ class Tokenizer:
         return len(self.ids(text))
 
 
-def build_prompt(tok: Tokenizer, depth: int, max_calls: int = 80) -> Prompt:
-    """A prompt of exactly ``depth`` tokens by ``tok``'s count (see the module docstring)."""
+def build_prompt(tok: Tokenizer, depth: int, max_calls: int = 80, head: str = "") -> Prompt:
+    """A prompt of exactly ``depth`` tokens by ``tok``'s count (see the module docstring);
+    ``head`` starts the text (a first line that makes the prompt unique)."""
     if depth < 1:
         raise MeasurementError(f"prompt depth must be at least 1, got {depth}")
+
+    def _pieces(n: int) -> list[str]:
+        out = _corpus_pieces(n)
+        return [head + out[0], *out[1:]] if head else out
     pieces = _pieces(depth + 16)
     hi = min(len(pieces), depth + 8)
     before: tuple[int, int] | None = None             # (words, count) of the previous try
@@ -297,15 +312,15 @@ class PromptCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._prompts: dict[tuple[str, str | None, int, bool], Prompt] = {}
+        self._prompts: dict[tuple[str, str | None, int, bool, str], Prompt] = {}
 
-    def get(self, tok: Tokenizer, depth: int) -> Prompt:
-        key = (tok.api.name, tok.model, depth, tok.api.accepts_token_ids)
+    def get(self, tok: Tokenizer, depth: int, head: str = "") -> Prompt:
+        key = (tok.api.name, tok.model, depth, tok.api.accepts_token_ids, head)
         with self._lock:
             hit = self._prompts.get(key)
         if hit is not None:
             return hit
-        prompt = build_prompt(tok, depth)
+        prompt = build_prompt(tok, depth, head=head)
         with self._lock:
             return self._prompts.setdefault(key, prompt)
 

@@ -1,6 +1,9 @@
 """Quality guard: a fast arm whose text is broken is ``corrupt``, whatever its tok/s says.
 
 The reference is the incumbent's temperature-0 ``Measurement`` (its runs keep their text).
+A run is compared with the reference's runs of the same prompt (``RunResult.prompt_tag``: one
+fixed prompt per depth, or, where the profile defeats the prompt cache with per-run prompts,
+the run's own variant, which is the same for every arm).
 For an arm, per depth and run that finished its stream (a ``finish_reason`` arrived, valid
 or not, so degenerate runs an engine halted are judged too):
 
@@ -117,11 +120,13 @@ def check(reference: Measurement | None, arm: Measurement, numerics: str, *,
         ref_runs = _finished(reference.depths[depth].runs) \
             if reference is not None and depth in reference.depths else []
         ref_texts = [r.text for _, r in ref_runs]
+        by_prompt: dict[str, list[str]] = {}       # a run compares with the same prompt's runs
+        for _, r in ref_runs:
+            by_prompt.setdefault(r.prompt_tag, []).append(r.text)
         ref_rep = max((repetition_score(t, ngram) for t in ref_texts), default=None)
-        ref_stable = len(set(ref_texts)) == 1
         if reference is not None and runs and not ref_texts:
             evidence.append(f"depth {depth}: no reference output to compare with")
-        if len(set(ref_texts)) > 1:
+        if any(len(set(t)) > 1 for t in by_prompt.values()):
             evidence.append(f"depth {depth}: the reference itself varies between runs")
         if arm.ignores_eos:
             expected, limit = arm.max_tokens, arm.max_tokens
@@ -150,10 +155,15 @@ def check(reference: Measurement | None, arm: Measurement, numerics: str, *,
                 halts += 1
                 evidence.append(f"{where}: early halt at {r.completion_tokens} of {expected} "
                                 f"tokens (finish_reason {r.finish_reason})")
-            if ref_texts:
-                share, n = prefix_agreement(ref_texts[0], r.text)
+            same = by_prompt.get(r.prompt_tag, [])
+            ref_stable = len(set(same)) == 1
+            if ref_texts and not same:
+                evidence.append(f"{where}: no reference run of the same prompt "
+                                f"({r.prompt_tag or 'fixed'}) to compare with")
+            if same:
+                share, n = prefix_agreement(same[0], r.text)
                 agreements.append(share)
-                if numerics == "preserving" and r.text not in ref_texts:
+                if numerics == "preserving" and r.text not in same:
                     failed = failed or ref_stable
                     evidence.append(f"{where}: a numerics-preserving lever changed the text: it "
                                     f"leaves the reference after {n} pieces (agreement "

@@ -29,6 +29,7 @@ class Behaviour:
     noise_sigma: float = 0.0              # relative sigma of the per-request rate (0 = exact)
     prefill_tok_s: float = 3000.0         # TTFT = base_ttft_s + prompt_tokens / prefill_tok_s
     base_ttft_s: float = 0.05
+    prefix_caching: bool = False          # a repeated prompt prefix skips its prefill (prefixcache)
     spec_k: int = 0                       # speculative tokens per step (0 = no spec decode)
     acceptance: float = 0.0               # per-draft-token acceptance probability
     ignore_eos: bool = True               # always produce max_tokens unless halted

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from . import textgen
+from . import prefixcache, textgen
 from . import tokenizer as tok
 from .behaviour import Behaviour
 from .wire import (
@@ -94,6 +94,7 @@ class _Completion:
     halt: int | None
     max_tokens: int
     head: dict = field(default_factory=dict)
+    cached: int = 0                   # prompt tokens served by the prefix cache
 
 
 class EngineCore:
@@ -122,6 +123,7 @@ class EngineCore:
         self.success = {"stop": 0, "length": 0, "abort": 0}
         self.profiling = False
         self.profile_steps = 0
+        self.prefix_cache = prefixcache.PrefixCache(b.prefix_caching)
 
     def say(self, process: str, level: str, where: str, msg: str) -> None:
         self.log(log_line(process, level, where, msg, self.stamp() if self.stamp else None))
@@ -236,6 +238,7 @@ class EngineCore:
                         bool(body.get("stream", False)),
                         bool((body.get("stream_options") or {}).get("include_usage", False)),
                         finish, halt, max_tokens)
+        c.cached = self.prefix_cache.admit(ids, body)
         c.head = {"id": c.rid, "object": "text_completion", "created": c.created, "model": b.model}
         if c.stream:
             resp = Response(200, "text/event-stream; charset=utf-8")
@@ -310,7 +313,7 @@ class EngineCore:
     def _decode(self, c: _Completion) -> Iterator[bytes]:
         """Prefill, then the decode steps on the core's clock; returns the text (None: stalled)."""
         b, k, n = self.b, max(0, self.b.spec_k), len(c.tokens)
-        deadline = self.clock() + b.base_ttft_s + len(c.ids) / b.prefill_tok_s
+        deadline = self.clock() + b.base_ttft_s + (len(c.ids) - c.cached) / b.prefill_tok_s
         with self.lock:
             self.prompt_tokens += len(c.ids)
         # n tokens take n / rate after the first one arrives: spread 1/rate over the steps

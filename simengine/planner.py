@@ -323,7 +323,7 @@ def build_behaviour(land: Landscape, values: dict, plan: Plan, *, model: str, tp
     return Behaviour(
         model=model, max_model_len=plan.max_model_len, decode_tok_s=decode_rates(land, values, plan),
         noise_sigma=noise_sigma, prefill_tok_s=ptok * float(land.get("decode_scale", 1.0)),
-        base_ttft_s=base_ttft, spec_k=k, acceptance=acceptance(land, values) if k else 0.0,
+        base_ttft_s=base_ttft, prefix_caching=values.get("enable-prefix-caching") is not False, spec_k=k, acceptance=acceptance(land, values) if k else 0.0,
         text_variant=text_variant(land, values), corrupt=corrupt,
         max_num_seqs=int(values.get("max-num-seqs") or 4),
         batch_efficiency=float((land.get("concurrency") or {}).get("batch_efficiency", 0.85)),

@@ -277,3 +277,83 @@ def test_engine_error_object_inside_the_stream():
     s = stream_completion(client, "http://x/v1/completions", {}, idle_timeout_s=1,
                           run_timeout_s=5)
     assert s.error == "engine error in stream: out of blocks"
+
+
+# -- honest prefill against a prefix cache ----------------------------------------------------
+PREFILL, DEPTH = 8_000.0, 2048
+
+
+def _cached(defeat: str, caching: bool = True, **kw) -> Measurement:
+    b = make(decode_tok_s=FAST, prefill_tok_s=PREFILL, base_ttft_s=0.0, prefix_caching=caching, **kw)
+    return measure(b, api=dataclasses.replace(SIM_API, cache_defeat=defeat), depths=(DEPTH,),
+                   runs=3, max_tokens=32, warm_tokens=8)
+
+
+def test_a_prefix_cache_inflates_prefill_unless_each_run_defeats_it():
+    true = _cached("none", caching=False).depths[DEPTH].median_prefill_tok_s   # no cache at all
+    assert true == pytest.approx(PREFILL, rel=0.15)
+    none = _cached("none").depths[DEPTH]
+    # the warm pass cached the prompt: every measured run skips its prefill
+    assert none.median_prefill_tok_s > 4 * true and none.median_ttft_s < 0.25 * DEPTH / PREFILL
+    for defeat in ("salt", "prefix"):
+        m = _cached(defeat)
+        r = m.depths[DEPTH]
+        assert m.outcome == "measured" and all(x.valid for x in r.runs), (defeat, m.reason)
+        assert {x.prompt_tokens for x in r.runs} == {DEPTH}
+        assert r.median_prefill_tok_s == pytest.approx(true, rel=0.10), defeat
+        assert max(x.prefill_tok_s for x in r.runs) < 1.25 * true     # no run hit the cache
+
+
+def test_prefix_runs_are_distinct_prompts_the_same_for_every_arm():
+    cache = PromptCache()
+    api = dataclasses.replace(SIM_API, cache_defeat="prefix")
+    plan = MeasurePlan(depths=(166, 1087), runs=2, max_tokens=48, warm_tokens=4)
+    out = {}
+    for name, kw in [("ref", {}), ("same", {}), ("fp8", {"text_variant": "fp8"})]:
+        with serving(make(decode_tok_s=FAST, prefix_caching=True, **kw)) as url:
+            out[name] = measure_engine(url, plan, api, prompts=cache)
+    tags = [x.prompt_tag for d in (166, 1087) for x in out["ref"].depths[d].runs]
+    assert tags == ["166-0", "166-1", "1087-0", "1087-1"]
+    assert {k[-1] for k in cache._prompts} >= {"Log 166-0.\n\n", "Log warm.\n\n", ""}
+    texts = {x.text for d in (166, 1087) for x in out["ref"].depths[d].runs}
+    assert len(texts) == 4             # four prompts, four continuations: not one fixed prompt
+    from arms.quality import check
+    ok = check(out["ref"], out["same"], "preserving")
+    assert ok.verdict == "ok" and ok.prefix_agreement == 1.0, ok.evidence
+    bad = check(out["ref"], out["fp8"], "preserving")
+    assert bad.verdict == "corrupt", bad.evidence
+
+
+def test_salted_runs_keep_one_prompt_so_the_guard_compares_as_before():
+    m = _cached("salt")
+    runs = m.depths[DEPTH].runs
+    assert {x.prompt_tag for x in runs} == {""} and len({x.text for x in runs}) == 1
+
+
+def test_simulated_prefix_cache_blocks_and_salt():
+    from simengine.prefixcache import BLOCK, PrefixCache
+    from simengine.wire import BadRequest
+    ids = list(range(100))
+    pc = PrefixCache(True)
+    assert pc.admit(ids, {}) == 0
+    assert pc.admit(ids, {}) == (99 // BLOCK) * BLOCK          # the last token is recomputed
+    assert pc.admit(ids[:40] + [7] * 60, {}) == 32              # two full shared blocks
+    assert pc.admit(ids, {"cache_salt": "a"}) == 0 and pc.admit(ids, {"cache_salt": "a"}) == 96
+    assert pc.admit([5] + ids[1:], {}) == 0                     # first block differs: nothing
+    assert PrefixCache(False).admit(ids, {}) == 0
+    for bad in ("", 3):
+        with pytest.raises(BadRequest, match="cache_salt"):
+            pc.admit(ids, {"cache_salt": bad})
+
+
+def test_each_shipped_profile_names_its_cache_defeat():
+    from arms.profiles import load_profile
+    from arms.prompts import api_from_profile
+    want = {"vllm": "salt", "vllm-expert-offload": "salt", "simengine": "salt",
+            "llamacpp": "cache_prompt", "sglang": "prefix"}
+    for name, method in want.items():
+        assert api_from_profile(load_profile(name)).cache_defeat == method, name
+    assert api_from_profile(load_profile("vllm", {"readiness": {"cache_defeat": "prefix"}})) \
+        .cache_defeat == "prefix"
+    with pytest.raises(ConfigError, match="readiness.cache_defeat.*'sometimes'.*salt"):
+        load_profile("vllm", {"readiness": {"cache_defeat": "sometimes"}})
