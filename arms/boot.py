@@ -59,8 +59,20 @@ class BootResult:
                 "shape": self.shape.to_dict(), "report": self.report.to_dict()}
 
 
-def probe_for(profile: EngineProfile) -> ReadinessProbe:
-    return ReadinessProbe(health_path=profile.health_path, completion_path=profile.completion_path)
+def probe_for(profile: EngineProfile, shape: Shape | None = None) -> ReadinessProbe:
+    return ReadinessProbe(health_path=profile.health_path, completion_path=profile.completion_path,
+                          expect_models=expected_models(shape) if shape is not None else ())
+
+
+def expected_models(shape: Shape) -> tuple[str, ...]:
+    """The names the booted engine serves its model under: --served-model-name (vLLM) or
+    --alias (llama.cpp) when set, and the model argument."""
+    out = []
+    for lever in ("served-model-name", "alias"):
+        v = shape.value_of(lever)
+        if v is not ABSENT and v is not None:
+            out += [str(x) for x in v] if isinstance(v, (list, tuple)) else str(v).split()
+    return (*out, str(shape.model)) if shape.model else tuple(out)
 
 
 def changed_flags(shape: Shape, changes: dict) -> dict:
@@ -93,7 +105,7 @@ def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str,
         log.warning("[%s BOOT port-in-use] %s", tag, report.evidence[0])
         yield result, None
         return
-    with booted(host, spec, log_path=folder / "boot.log", port=shape.port, probe=probe_for(profile),
+    with booted(host, spec, log_path=folder / "boot.log", port=shape.port, probe=probe_for(profile, shape),
                 timeout_s=limits.timeout_s, hang_s=limits.hang_s, poll_s=limits.poll_s, tag=tag) as b:
         st = b.ready.state
         if b.ready.outcome == "exited" or (st is not None and st.exited):
@@ -117,6 +129,8 @@ def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str,
         bind = bind_failure(text) if not report.ready or b.ready.outcome == "port-in-use" else None
         if bind is not None:           # the engine could not bind its port: whoever answered was not it
             report = _replace(report, outcome="port-in-use", evidence=(bind,))
+        elif b.ready.outcome == "port-in-use":   # readiness saw another engine answer (its model)
+            report = _replace(report, outcome="port-in-use", evidence=(b.ready.detail,))
         elif parsed and b.ready.ready and not report.ready:
             # the server answers and completes: the log format is unfamiliar, not a failure
             report = _as_ready(report)

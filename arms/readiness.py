@@ -1,9 +1,10 @@
 """Readiness: the health endpoint answers AND a tiny real completion returns text.
 
 A 200 from /health alone is not readiness (seed 004: servers answer health while unable to
-serve), and an answer is the booted engine's only while its container runs and its log shows
-no failure to bind the port (``port-in-use``: with host networking, whoever held the port
-would answer for it). The wait ends early when the container dies (its exit code is the evidence), when the
+serve), and an answer is the booted engine's only while its container runs, its log shows
+no failure to bind the port, and, where the engine has a models route, it serves the model
+booted (``port-in-use`` otherwise: with host networking, whoever held the port would answer
+for it). The wait ends early when the container dies (its exit code is the evidence), when the
 boot log stops growing for ``hang_s`` (a hang), or at ``timeout_s`` (a boot timeout). Clock and
 sleep are parameters so tests control time.
 """
@@ -83,6 +84,51 @@ class ReadinessProbe:
     prompt: str = "Hello"
     max_tokens: int = 4
     text_key: str = "text"        # choices[0][text_key] must be non-empty
+    models_path: str | None = "/v1/models"
+    expect_models: tuple[str, ...] = ()   # names the booted engine serves under (empty: not checked)
+
+
+WRONG_MODEL = "wrong model: "
+
+
+def served_names(body: object) -> list[str]:
+    """Every name a models-route answer gives its models: vLLM ``id`` / ``root``, llama-server
+    ``id`` / ``aliases`` (and its Ollama-style ``models[].model``)."""
+    out: list[str] = []
+    if not isinstance(body, dict):
+        return out
+    for key, fields in (("data", ("id", "root")), ("models", ("model", "name"))):
+        entries = body.get(key)
+        for m in entries if isinstance(entries, list) else ():
+            if not isinstance(m, dict):
+                continue
+            vals = [m.get(f) for f in fields] + list(m.get("aliases") or [])
+            out += [v for v in vals if isinstance(v, str) and v]
+    return out
+
+
+def _same_model(a: str, b: str) -> bool:
+    """One name for the same model: equal, or the same last path component (a path seen
+    through another mount, an HF id beside its local directory)."""
+    a, b = a.strip().rstrip("/"), b.strip().rstrip("/")
+    return a == b or a.rsplit("/", 1)[-1] == b.rsplit("/", 1)[-1] != ""
+
+
+def wrong_model(client: httpx.Client, base_url: str, probe: ReadinessProbe) -> str | None:
+    """Why the server that answers is not the engine booted (it serves another model), or None
+    when it is, or when the engine does not say (no models route, an answer without names)."""
+    if not probe.expect_models or not probe.models_path:
+        return None
+    try:
+        r = httpio.get(client, base_url + probe.models_path)
+        names = served_names(r.json()) if r.status_code == 200 else []
+    except (httpx.HTTPError, ValueError):
+        return None
+    if not names or any(_same_model(n, e) for n in names for e in probe.expect_models):
+        return None
+    return (f"the server answering on {base_url} serves model {names[0]!r} "
+            f"({probe.models_path}), not {probe.expect_models[0]!r} of the engine booted: "
+            f"another engine holds the port; stop it or give the campaign another baseline.port")
 
 
 def probe_once(client: httpx.Client, base_url: str, probe: ReadinessProbe, model: str | None) -> tuple[bool, str]:
@@ -93,6 +139,9 @@ def probe_once(client: httpx.Client, base_url: str, probe: ReadinessProbe, model
         return False, f"health: {type(e).__name__}"
     if r.status_code != 200:
         return False, f"health: HTTP {r.status_code}{_snippet(r)}"
+    wrong = wrong_model(client, base_url, probe)
+    if wrong:                     # not ours: never send it a completion
+        return False, WRONG_MODEL + wrong
     body = {"prompt": probe.prompt, "max_tokens": probe.max_tokens, "temperature": 0}
     if model:
         body["model"] = model
@@ -135,6 +184,8 @@ def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
             if bind:
                 return ReadyResult("port-in-use", now - t0, st, bind)
             ok, seen = probe_once(client, base_url, probe, model)
+            if seen.startswith(WRONG_MODEL):
+                return ReadyResult("port-in-use", clock() - t0, host.state(cid), seen[len(WRONG_MODEL):])
             if ok:                    # the answer counts only if our container still runs and bound
                 st = host.state(cid)
                 if st.exited:

@@ -22,7 +22,7 @@ def test_a_parser_error_makes_the_arm_unknown_with_evidence(tmp_path, monkeypatc
     def broken(*a, **kw):
         raise ValueError("could not convert string to float: '1.2.3'")
     monkeypatch.setattr(arms.boot, "parse_boot_log", broken)
-    with FaultEngine() as eng:
+    with FaultEngine(model="/m.gguf") as eng:             # serves the arm's model: it is the arm
         port = int(eng.url.rsplit(":", 1)[1])
         host = Blind(images={"localhost/e:1": DIGEST},
                      program=lambda spec: FakeRun(["main: server is listening on http://127.0.0.1:8080"]))

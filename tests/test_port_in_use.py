@@ -91,6 +91,43 @@ def test_an_engine_that_could_not_bind_is_never_ready_while_another_server_answe
     assert production.bodies == []                      # never measured, not even probed
 
 
+@pytest.mark.parametrize("args,served,ours", [
+    ({}, "other/model", False),                                  # another engine, another model
+    ({}, "/models/m", True),                                     # the model path, as vLLM reports it
+    ({"served-model-name": "frank"}, "frank", True),            # vLLM --served-model-name
+    ({"served-model-name": "frank"}, "/models/other", False),
+    ({"alias": "tiny"}, "tiny", True),                           # llama-server --alias
+])
+def test_readiness_proves_identity_by_the_served_model(tmp_path, args, served, ours):
+    with FaultEngine(model=served) as other:            # answers /health, /v1/models, completions
+        port = int(other.url.rsplit(":", 1)[1])
+        host = Blind(images={"localhost/engine:1": DIGEST},     # no holder seen, no bind failure logged
+                     program=lambda spec: FakeRun(["INFO starting", "INFO loading weights"]))
+        s = Shape(image=IMAGE, model="/models/m", port=port, args={"max-num-seqs": 4, **args})
+        with boot_arm(host, s, load_profile("vllm"), campaign="piu", arm=4, folder=tmp_path,
+                      limits=FAST) as (result, booted):
+            pass
+    if ours:
+        assert result.ready and len(other.bodies) == 1, result.report   # the readiness completion
+        return
+    assert result.outcome == "port-in-use" and booted.ready.outcome == "port-in-use"
+    ev = result.report.evidence[0]
+    assert f"serves model {served!r}" in ev and "another engine holds the port" in ev, ev
+    assert (args.get("served-model-name") or "/models/m") in ev
+    assert other.bodies == []                           # not even a readiness completion
+    assert json.loads((tmp_path / "boot.json").read_text())["report"]["evidence"] == [ev]
+
+
+def test_served_names_of_vllm_and_llama_server_answers():
+    from arms.readiness import served_names
+    vllm = {"object": "list", "data": [{"id": "frank", "root": "/models/q", "max_model_len": 8}]}
+    llama = {"models": [{"name": "/m.gguf", "model": "/m.gguf"}],
+             "data": [{"id": "tiny", "aliases": ["tiny", "t2"], "owned_by": "llamacpp"}]}
+    assert served_names(vllm) == ["frank", "/models/q"]
+    assert served_names(llama) == ["tiny", "tiny", "t2", "/m.gguf", "/m.gguf"]
+    assert served_names({"data": "x"}) == [] and served_names([1]) == []
+
+
 def test_bind_failure_finds_the_line():
     log = "a\nb [Errno 98] Address already in use\nc\n"
     assert bind_failure(log) == "b [Errno 98] Address already in use"
