@@ -7,7 +7,9 @@ Per depth: one 64-token warm pass first (once, at the first depth), then ``runs`
 temperature 0; the median and MAD (median absolute deviation, unscaled) of the valid runs.
 Every request defeats the engine's prompt cache by the profile's method (``cache_defeat``:
 ``cache_prompt: false``, a unique ``cache_salt``, or a per-run prompt of the same depth, see
-arms.prompts.CACHE_DEFEATS), so TTFT and prefill tok/s are the engine's real ones.
+arms.prompts.CACHE_DEFEATS), so TTFT and prefill tok/s are the engine's real ones; where
+/metrics counts prefix-cache hits (vLLM), hits during the measured runs mean the defeat failed:
+the depths' TTFT and prefill medians are left out (None) and the table says why.
 
 A run is invalid, with its reason, on: a non-200, malformed SSE, an error object in the
 stream, no usage, a stall (no byte for ``idle_timeout_s``) or a run past ``run_timeout_s``
@@ -19,6 +21,7 @@ absent counters give None ("n/a").
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import statistics
@@ -125,6 +128,7 @@ class Measurement:
     ignores_eos: bool = False
     profile: str = ""
     model: str | None = None
+    cache_hit_tokens: float | None = None   # prompt tokens the engine's prefix cache served (/metrics)
 
     def to_dict(self, include_text: bool = False) -> dict[str, Any]:
         def run(r: RunResult) -> dict[str, Any]:
@@ -137,6 +141,7 @@ class Measurement:
             "model": self.model, "max_tokens": self.max_tokens, "ignores_eos": self.ignores_eos,
             "acceptance": self.acceptance, "mean_acceptance_length": self.mean_acceptance_length,
             "wall_s": self.wall_s, "warm": run(self.warm) if self.warm else None,
+            "cache_hit_tokens": self.cache_hit_tokens,
             "depths": {str(d): {"median_decode_tok_s": r.median_decode_tok_s,
                                 "mad_decode_tok_s": r.mad_decode_tok_s,
                                 "median_ttft_s": r.median_ttft_s,
@@ -156,7 +161,7 @@ class Measurement:
         return cls(depths, d["acceptance"], d["outcome"], d.get("reason"),
                    d.get("mean_acceptance_length"), warm, d.get("wall_s"),
                    d.get("max_tokens", 256), d.get("ignores_eos", False), d.get("profile", ""),
-                   d.get("model"))
+                   d.get("model"), d.get("cache_hit_tokens"))
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -321,6 +326,21 @@ def spec_acceptance(before: str | None, after: str | None,
     return rate, length
 
 
+def _cache_hits(before: str | None, after: str | None, api: EngineAPI) -> float | None:
+    """Prompt tokens the engine served from its prefix cache between two scrapes; None: unknown."""
+    name = api.prefix_hits_metric
+    if not name:
+        return None
+    b, a = counters(before, [name]), counters(after, [name])
+    return a[name] - b[name] if name in a and name in b and a[name] >= b[name] else None
+
+
+def cache_note(hits: float, method: str) -> str:
+    return (f"{hits:,.0f} prompt tokens came from the engine's prefix cache during the measured "
+            f"runs: TTFT and prefill are not the engine's real ones and are left out (readiness."
+            f"cache_defeat {method!r} did not defeat the cache; 'prefix' works on any engine)")
+
+
 def _get_text(client: httpx.Client, url: str, timeout: float) -> str | None:
     try:
         r = httpio.get(client, url, timeout=timeout)
@@ -426,9 +446,14 @@ def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
                                f"{next((r.reason for r in runs if r.reason), 'no decode figure')}")
         after = _get_text(client, metrics_url, plan.idle_timeout_s) if metrics_url else None
         rate, length = spec_acceptance(before, after, api)
+        hits = _cache_hits(before, after, api)
+        if hits:                           # the defeat failed: TTFT and prefill are not the engine's
+            log.warning("[measure] %s", cache_note(hits, api.cache_defeat))
+            done = {d: dataclasses.replace(r, median_ttft_s=None, median_prefill_tok_s=None)
+                    for d, r in done.items()}
         return Measurement({d: done[d] for d in plan.depths}, rate,
                            "invalid" if why_invalid else "measured", why_invalid, length, warm,
-                           clock() - t_start, **meta)
+                           clock() - t_start, **meta, cache_hit_tokens=hits)
     finally:
         if http is None:
             client.close()
@@ -456,6 +481,8 @@ def format_table(m: Measurement) -> str:
     acc = "n/a" if m.acceptance is None else f"{m.acceptance:.1%}"
     if m.mean_acceptance_length is not None:
         acc += f" (mean acceptance length {m.mean_acceptance_length:.2f})"
+    if m.cache_hit_tokens:
+        lines.append(cache_note(m.cache_hit_tokens, "of the profile"))
     tail = f"acceptance {acc} | outcome {m.outcome}"
     if m.reason:
         tail += f": {m.reason}"

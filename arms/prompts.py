@@ -53,6 +53,7 @@ class EngineAPI:
     accepts_token_ids: bool = True              # completions take a list of ids as the prompt
     ignores_eos: bool = False                   # the engine always produces max_tokens
     cache_defeat: str = "none"                  # how a measured run misses the prompt cache (CACHE_DEFEATS)
+    prefix_hits_metric: str | None = None       # /metrics counter of prompt tokens served from a cache
     spec_drafts_metric: str | None = None
     spec_draft_tokens_metric: str | None = None
     spec_accepted_metric: str | None = None
@@ -60,6 +61,7 @@ class EngineAPI:
 
 VLLM_API = EngineAPI(
     name="vllm", tokenize_extra=(("add_special_tokens", True),), cache_defeat="salt",
+    prefix_hits_metric="vllm:prefix_cache_hits_total",
     spec_drafts_metric="vllm:spec_decode_num_drafts_total",
     spec_draft_tokens_metric="vllm:spec_decode_num_draft_tokens_total",
     spec_accepted_metric="vllm:spec_decode_num_accepted_tokens_total")
@@ -86,6 +88,7 @@ def api_from_profile(profile: Any, *, accepts_token_ids: bool | None = None) -> 
         accepts_token_ids=family == "vllm" if accepts_token_ids is None else accepts_token_ids,
         ignores_eos=bool(profile.ignores_eos),
         cache_defeat=getattr(profile, "cache_defeat", None) or _FAMILY_DEFEAT.get(family, "prefix"),
+        prefix_hits_metric="vllm:prefix_cache_hits_total" if family == "vllm" else None,
         spec_drafts_metric=spec.get("drafts"), spec_draft_tokens_metric=spec.get("draft_tokens"),
         spec_accepted_metric=spec.get("accepted_tokens"))
 

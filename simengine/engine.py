@@ -173,7 +173,8 @@ class EngineCore:
         return json_response(200, {"prompt": tok.detokenize(ids)})
 
     def _metrics(self, body: dict) -> Response:
-        return Response(200, "text/plain; version=0.0.4; charset=utf-8", metrics_text(self).encode())
+        text = metrics_text(self) + self.prefix_cache.metrics_text(self.b.model)
+        return Response(200, "text/plain; version=0.0.4; charset=utf-8", text.encode())
 
     def _start_profile(self, body: dict) -> Response:
         with self.lock:

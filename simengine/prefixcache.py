@@ -59,3 +59,15 @@ class PrefixCache:
             self.queries += len(ids)
             self.hits += hit * BLOCK
         return hit * BLOCK
+
+    def metrics_text(self, model: str) -> str:
+        """vLLM's prefix-cache counters (tokens), in Prometheus text exposition."""
+        model = model.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+        with self._lock:
+            values = (("queries", self.queries), ("hits", self.hits))
+        out = []
+        for what, v in values:
+            name = f"vllm:prefix_cache_{what}_total"
+            out += [f"# HELP {name} Prefix cache {what}, in terms of number of tokens.",
+                    f"# TYPE {name} counter", f'{name}{{model_name="{model}",engine="0"}} {float(v)!r}']
+        return "\n".join(out) + "\n"
