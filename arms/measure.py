@@ -393,7 +393,7 @@ def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
         try:
             tok = Tokenizer(client, base, api, model)
             cache = prompts or DEFAULT_CACHE
-            built = {d: cache.get(tok, d) for d in todo}
+            built = {} if unique else {d: cache.get(tok, d) for d in todo}
             variants = {t: cache.get(tok, todo[0] if t == "warm" else int(t.split("-")[0]),
                                      head=f"Log {t}.\n\n") for t in tags}
         except MeasurementError as e:      # the engine's answers cannot give a prompt: invalid
