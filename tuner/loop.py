@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -199,9 +198,10 @@ class CampaignLoop:
         verdict = self._verdict(st)
         self.journal.append("campaign_end", reason=reason, arms=len(st.arms),
                             incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict,
-                            error_rate=self.error_rate, undecided=self._undecided(st))
+                            error_rate=self.error_rate, undecided=self._undecided(st),
+                            judged=st.judged(self.camp.search.min_effect))
         log.info("[campaign END] %s after %d arms%s", reason, len(st.arms), f" — {verdict}" if verdict else "")
-        return Summary(reason, len(st.arms), st.incumbent.key(), (st.incumbent_score or Score(True, 0, None)).objective,
+        return Summary(reason, len(st.arms), st.incumbent.key(), st.incumbent_value,
                        len(st.moves), verdict)
 
     # -- sequential comparisons (tuner/compare.py) -------------------------------------------
@@ -298,7 +298,8 @@ class CampaignLoop:
         crashpoint("asked", n)
         self.journal.append("arm_start", arm=n, kind=p.kind, shape=shape.to_dict(), identity=shape.key(),
                             change=[p.change[0], encode_value(p.change[1])] if p.change else None,
-                            incumbent=st.incumbent.key(), trial=trial, why=p.why)
+                            incumbent=st.incumbent.key(), trial=trial, why=p.why,
+                            judged=st.judged(self.camp.search.min_effect))   # what it is judged against
         log.info("[arm %d START %s] %s — %s", n, p.kind,
                  f"{p.change[0]} -> {_fmt(p.change[1])}" if p.change else "the incumbent", p.why)
         crashpoint("started", n)
@@ -375,8 +376,7 @@ class CampaignLoop:
         sc = st.incumbent_score
         if sc is None:
             return None
-        obj = statistics.median(st.samples) if st.samples else sc.objective
-        return Score(sc.feasible, sc.violation, obj)
+        return Score(sc.feasible, sc.violation, st.incumbent_value)
 
     def _incumbent_depths(self, st: State) -> dict | None:
         if st.incumbent_arm is None:

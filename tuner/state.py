@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 from dataclasses import dataclass, field
 
 from arms.errors import ConfigError
@@ -81,6 +82,21 @@ class State:
 
     def finished(self) -> list[Arm]:
         return [a for a in self.arms.values() if a.end is not None]
+
+    @property
+    def incumbent_value(self) -> float | None:
+        """The incumbent's objective as the loop judges with it: the median of its re-measures
+        (the score of the arm that made it incumbent when it has none)."""
+        if self.samples:
+            return statistics.median(self.samples)
+        return self.incumbent_score.objective if self.incumbent_score else None
+
+    def judged(self, min_effect: float) -> dict:
+        """What the next arm is judged against, as the loop journals it (``arm_end`` and
+        ``campaign_end`` records carry it as ``judged``; status and the report print it)."""
+        noise = self.band.relative
+        return {"incumbent_arm": self.incumbent_arm, "incumbent_value": self.incumbent_value,
+                "noise_band": noise, "band": max(noise, min_effect), "measures": len(self.samples)}
 
     def tried_here(self) -> dict[tuple[str, str], list[Arm]]:
         """(lever, value text) -> the probes of that change judged at the current incumbent."""

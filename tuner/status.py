@@ -86,6 +86,7 @@ def _deadline(records: list[dict], start: dict) -> float | None:
 def status_data(folder: Path) -> dict:
     from arms.shape import Shape
     from tuner.export import read_records
+    from tuner.records import latest_judged
     from tuner.state import replay
 
     jpath = folder / "journal.jsonl"
@@ -113,8 +114,9 @@ def status_data(folder: Path) -> dict:
                      "verdict": e.get("verdict"), "label": label(a, st.arms.values()),
                      "objective": (e.get("score") or {}).get("objective"), "delta": e.get("delta"),
                      "boot_s": (e.get("boot") or {}).get("boot_s"), "reason": e.get("reason")})
-    base_obj = next((x["objective"] for x in arms if x["kind"] == "baseline" and x["objective"] is not None), None)
-    inc_obj = st.incumbent_score.objective if st.incumbent_score else None
+    base_obj = baseline_objective(arms)
+    judged = latest_judged(records)
+    inc_obj = judged["incumbent_value"] if judged else st.incumbent_value     # as the loop journaled it
     ended = st.ended or {}
     if ended:
         state = "ended"
@@ -135,7 +137,8 @@ def status_data(folder: Path) -> dict:
         "phase": (phase or {}).get("phase") or ("ended" if ended else None),
         "objective": camp.get("objective", "decode_geomean"),
         "baseline_objective": base_obj, "incumbent_objective": inc_obj,
-        "gain": (inc_obj / base_obj - 1) if inc_obj and base_obj else None,
+        "gain": gain(inc_obj, base_obj), "judged": judged,
+        "error_rate": ended.get("error_rate", (camp.get("noise") or {}).get("error_rate", 0.05)),
         "incumbent": st.incumbent.key() if st.incumbent else None, "incumbent_arm": st.incumbent_arm,
         "incumbent_changes": incumbent_changes(st),
         "started": start.get("t"), "deadline": deadline,
@@ -143,6 +146,16 @@ def status_data(folder: Path) -> dict:
         "ended": ended.get("reason"), "verdict": ended.get("verdict"),
         "counts": _counts(arms),
     }
+
+
+def baseline_objective(arms: list[dict]) -> float | None:
+    """The production shape's objective: its first measured baseline arm's (rows with kind and
+    objective, as ``status_data``'s arm list or ``tuner.export``'s frame)."""
+    return next((x["objective"] for x in arms if x["kind"] == "baseline" and x["objective"] is not None), None)
+
+
+def gain(inc_obj: float | None, base_obj: float | None) -> float | None:
+    return (inc_obj / base_obj - 1) if inc_obj and base_obj else None
 
 
 def _counts(arms: list[dict]) -> dict:
