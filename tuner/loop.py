@@ -94,7 +94,7 @@ class CampaignLoop:
         if not started:
             refuse_orphaned(self.camp.folder, self.journal)
             self.journal.append("campaign_start", campaign_hash=h, campaign=json.loads(json.dumps(self.camp.raw, default=str)),
-                                file=str(self.camp.path), baseline=self.camp.baseline.to_dict(),
+                                file=str(self.camp.path.resolve()), baseline=self.camp.baseline.to_dict(),
                                 baseline_identity=self.camp.baseline.key())
         else:
             self.journal.append("note", text="resumed", campaign_hash=h)
