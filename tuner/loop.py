@@ -25,6 +25,7 @@ from .arm_runner import ArmRunner
 from .compare import Side, compare, look_alpha
 from .sampler import OneChangeSampler, told_as
 from .sampler import tell as sampler_tell
+from . import values
 from .guard import Guard
 from .journal import Journal, decode_value, refuse_orphaned
 from .search import Proposal, apply, by_constraint, encode_value, propose
@@ -279,27 +280,29 @@ class CampaignLoop:
         return Proposal("joint", why="Optuna's sampler over the whole lever space")
 
     def _ask_joint(self):
-        dists = {name: CategoricalDistribution([json.dumps(encode_value(v), sort_keys=True) for v in lever.values])
+        """A whole shape from Optuna; its params are the levers' sealed choices (tuner.values)."""
+        dists = {name: CategoricalDistribution(values.choices(name, lever.values))
                  for name, lever in self.camp.levers.items()}
         trial = self.study.ask(dists)
         shape = self.camp.baseline
-        for name in self.camp.levers:
-            v = json.loads(trial.params[name])
-            shape = shape.with_change(name, decode_value(v))
-        return trial.number, shape
+        for name, lever in self.camp.levers.items():
+            shape = shape.with_change(name, values.from_choice(name, lever.values, trial.params[name]))
+        return trial.number, shape, dict(trial.params)
 
     def _run_one(self, st: State, p: Proposal) -> None:
         n = st.next_n
         shape = self.camp.baseline if p.kind == "start" else apply(st.incumbent, p.change)
+        params = None
         if p.kind == "joint":
-            trial, shape = self._ask_joint()
+            trial, shape, params = self._ask_joint()
         else:
             trial = self._ask(p)
         crashpoint("asked", n)
         self.journal.append("arm_start", arm=n, kind=p.kind, shape=shape.to_dict(), identity=shape.key(),
                             change=[p.change[0], encode_value(p.change[1])] if p.change else None,
                             incumbent=st.incumbent.key(), trial=trial, why=p.why,
-                            judged=st.judged(self.camp.search.min_effect))   # what it is judged against
+                            judged=st.judged(self.camp.search.min_effect),   # what it is judged against
+                            **({"params": params} if params else {}))
         log.info("[arm %d START %s] %s — %s", n, p.kind,
                  f"{p.change[0]} -> {_fmt(p.change[1])}" if p.change else "the incumbent", p.why)
         crashpoint("started", n)

@@ -152,6 +152,19 @@ def _resolve(sealed: Shape, key: str | None, base: Shape | None, change, levers)
     return sealed, change
 
 
+def _joint(baseline: Shape, params: dict, levers: dict, key: str) -> Shape | None:
+    """A joint arm's real shape from its study params (sealed choices, ``tuner.values``)."""
+    from . import values
+
+    shape = baseline
+    try:
+        for name, lever in levers.items():
+            shape = shape.with_change(name, values.from_choice(name, lever.values, params[name]))
+    except (KeyError, ValueError):
+        return None
+    return shape if shape.key() == key else None
+
+
 def replay(records: list[dict], baseline: Shape, levers: dict | None = None) -> State:
     """State from the journal's records. ``baseline`` and ``levers`` are the campaign's real ones
     (the loop's); a reader passes the journaled baseline and no levers, and gets sealed shapes
@@ -226,6 +239,8 @@ def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None =
         change = (rec.change[0], decode_value(rec.change[1])) if rec.change else None
         sealed = _shape(rec.shape, shapes)
         shape, change = _resolve(sealed, rec.identity, st.shapes.get(rec.incumbent), change, levers)
+        if rec.params and levers and rec.identity and shape.key() != rec.identity:
+            shape = _joint(st.baseline, rec.params, levers, rec.identity) or shape
         arm = Arm(n=rec.arm, kind=rec.kind, shape=shape, change=change, incumbent=rec.incumbent, trial=rec.trial,
                   start=rec.raw)
         st.arms[rec.arm] = arm
