@@ -19,7 +19,7 @@ from tuner import cli
 from tuner.journal import Journal
 from tuner.production import parse_file
 from tuner.promote import promote, rollback
-from tuner.search import encode_value
+from tuner.values import encode as encode_value
 from tuner.units import parse_env_file, parse_quadlet, parse_service
 
 UNIT = "frank-primary.service"

@@ -288,3 +288,23 @@ def test_report_reads_the_judgement_it_never_recomputes_it(night, tmp_path, caps
     import json
 
     assert json.loads(capsys.readouterr().out)["incumbent_objective"] == 123.456
+
+
+def test_a_lever_value_reads_the_same_in_the_report_status_and_export(night):
+    """One codec (tuner/values.py): each arm's change as export, status and the report show it."""
+    from tuner import values
+    from tuner.export import arms_frame
+    from tuner.status import status_data
+
+    recs = records(night)
+    frame = arms_frame(recs).set_index("arm")
+    status = {a["arm"]: a for a in status_data(night)["arm_list"]}
+    arms = section(write_report(night), "Arms")
+    changed = [r for r in recs if r["op"] == "arm_start" and r.get("change")]
+    assert changed
+    for r in changed:
+        lever, text = r["change"][0], values.text_of(r["change"][1])
+        assert frame.at[r["arm"], "change_value"] == text
+        assert status[r["arm"]]["change"] == f"{lever} → {text}"
+        if r["arm"] in finished(recs):
+            assert text in row_of(arms, r["arm"])

@@ -27,10 +27,10 @@ from .sampler import OneChangeSampler, told_as
 from .sampler import tell as sampler_tell
 from . import values
 from .guard import Guard
-from .journal import Journal, decode_value, refuse_orphaned
-from .search import Proposal, apply, by_constraint, encode_value, propose
+from .journal import Journal, refuse_orphaned
+from .search import Proposal, apply, by_constraint, propose
 from .state import Replay, State
-from .study import open_study, sync_study, trial_attr
+from .study import open_study, sync_study
 from .verdict import Score
 
 log = logging.getLogger("tuner.loop")
@@ -153,7 +153,7 @@ class CampaignLoop:
     # -- the loop -------------------------------------------------------------------------------
     def _ask(self, p: Proposal) -> int:
         lever = p.change[0] if p.change else "(incumbent)"
-        value = trial_attr(p.change) if p.change else p.kind
+        value = values.param(*p.change) if p.change else p.kind
         if self.sampler is not None:
             self.sampler.propose(p)             # the policy decides; the study's sampler hands it to Optuna
         else:
@@ -253,7 +253,7 @@ class CampaignLoop:
         cmp = {}
         for r in st.comparisons:
             if r.get("change") and r["incumbent"] == st.incumbent.key():
-                cmp[f"{r['change'][0]}={_fmt(decode_value(r['change'][1]))}"] = r["comparison"]["verdict"]
+                cmp[f"{r['change'][0]}={values.text_of(r['change'][1])}"] = r["comparison"]["verdict"]
         return sorted(k for k, v in cmp.items() if v == "undecided")
 
     def _converged(self, st: State) -> str:
@@ -299,12 +299,12 @@ class CampaignLoop:
             trial = self._ask(p)
         crashpoint("asked", n)
         self.journal.append("arm_start", arm=n, kind=p.kind, shape=shape.to_dict(), identity=shape.key(),
-                            change=[p.change[0], encode_value(p.change[1])] if p.change else None,
+                            change=[p.change[0], values.encode(p.change[1])] if p.change else None,
                             incumbent=st.incumbent.key(), trial=trial, why=p.why,
                             judged=st.judged(self.camp.search.min_effect),   # what it is judged against
                             **({"params": params} if params else {}))
         log.info("[arm %d START %s] %s — %s", n, p.kind,
-                 f"{p.change[0]} -> {_fmt(p.change[1])}" if p.change else "the incumbent", p.why)
+                 f"{p.change[0]} -> {values.text(p.change[1])}" if p.change else "the incumbent", p.why)
         crashpoint("started", n)
         numerics = self.camp.levers[p.change[0]].numerics if p.change else "preserving"
         if p.kind == "joint" and any(lv.numerics == "changing" and shape.value_of(name) != self.camp.baseline.value_of(name)
@@ -333,9 +333,9 @@ class CampaignLoop:
         self.journal.append("arm_end", **{k: v for k, v in rec.items() if k != "arm"}, arm=n)
         if cmp is not None:
             self.journal.append("compare", arm=n, incumbent=st.incumbent.key(), look=look,
-                                change=[p.change[0], encode_value(p.change[1])], comparison=cmp.to_dict())
+                                change=[p.change[0], values.encode(p.change[1])], comparison=cmp.to_dict())
             log.info("[arm %d COMPARE %s] %s -> %s: %s, runs %d vs %d, boots %d vs %d, error rate %.2g", n, cmp.verdict,
-                     p.change[0], _fmt(p.change[1]), cmp.interval_text(), *cmp.runs, *cmp.boots, cmp.alpha)
+                     p.change[0], values.text(p.change[1]), cmp.interval_text(), *cmp.runs, *cmp.boots, cmp.alpha)
         elif self._comparable() and (p.kind == "start" or p.kind == "recheck" and any(
                 a.kind == "start" and a.incumbent == st.incumbent.key() for a in st.finished())):
             st2 = self._replay()
@@ -369,10 +369,10 @@ class CampaignLoop:
         extra = {"comparison": arm.end["compare"]} if (arm.end or {}).get("compare") else {}
         self.journal.append("incumbent", arm=n, shape=arm.shape.to_dict(), identity=arm.key, score=arm.end["score"],
                             samples=samples,
-                            change=[arm.change[0], encode_value(arm.change[1])], previous=arm.incumbent,
-                            previous_value=encode_value(st.incumbent.value_of(arm.change[0])),
+                            change=[arm.change[0], values.encode(arm.change[1])], previous=arm.incumbent,
+                            previous_value=values.encode(st.incumbent.value_of(arm.change[0])),
                             confirmed_arms=[a.n for a in same], **extra)
-        log.info("[arm %d INCUMBENT] %s -> %s confirmed by arms %s", n, arm.change[0], _fmt(arm.change[1]),
+        log.info("[arm %d INCUMBENT] %s -> %s confirmed by arms %s", n, arm.change[0], values.text(arm.change[1]),
                  ", ".join(str(a.n) for a in same))
 
     def _incumbent_score(self, st: State) -> Score | None:
@@ -386,12 +386,6 @@ class CampaignLoop:
             return None
         end = st.arms[st.incumbent_arm].end or {}
         return (end.get("measurement") or {}).get("depths")
-
-
-def _fmt(v) -> str:
-    from arms.shape import format_value
-
-    return format_value(v)
 
 
 def deadline_from(budget, host_now: float, wall_now: float | None = None) -> float | None:

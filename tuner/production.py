@@ -21,9 +21,9 @@ from arms.measure import MeasurePlan, measure_engine
 from arms.profiles import EngineProfile, load_profile
 from arms.prompts import api_from_profile
 from arms.readiness import ReadinessProbe, probe_once
-from arms.shape import Shape, format_value
+from arms.shape import Shape
 
-from . import envfile, units
+from . import envfile, units, values
 from .guard import Production
 from .journal import Journal
 from .state import State, replay
@@ -155,7 +155,7 @@ def choose(st: State, arm: int | None, force: bool) -> Choice:
     if verdict.startswith(NOT_PROMOTABLE) or not (a.end.get("measurement") or {}).get("depths"):
         raise ConfigError(f"arm {arm} came to {verdict}: it never served a trusted measurement and cannot be "
                           "promoted, not even with --force")
-    change = f" ({a.change[0]} → {format_value(a.change[1])})" if a.change else ""
+    change = f" ({values.change_text(a.change)})" if a.change else ""
     if arm in confirmed or (a.shape in winners and a.kind in ("recheck", "confirm")):
         return Choice(arm, a.shape, a.end, f"arm {arm}{change}: better, confirmed by a second boot")
     if verdict == "better":

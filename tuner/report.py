@@ -18,9 +18,9 @@ from pathlib import Path
 import pandas as pd
 
 from arms.errors import ConfigError
-from arms.shape import ABSENT, Change, Shape, format_value
+from arms.shape import ABSENT, Change, Shape
 
-from .journal import decode_value
+from . import values
 from .export import arm_pairs, arms_frame, campaign_folder, load_records
 from .state import replay
 from .verdict import Constraints
@@ -80,7 +80,7 @@ class _Builder:
         self.constraints = Constraints.from_mapping(camp.get("constraints"), "campaign")
         self.baseline = Shape.from_dict(self.start["baseline"])
         pairs = arm_pairs(records)
-        self.arms = {s["arm"]: ArmView(s["arm"], s.get("kind"), (s["change"][0], decode_value(s["change"][1])) if s.get("change")
+        self.arms = {s["arm"]: ArmView(s["arm"], s.get("kind"), (s["change"][0], values.decode(s["change"][1])) if s.get("change")
                                        else None, s.get("incumbent"), s, e) for s, e in pairs}
         if not any(a.end is not None for a in self.arms.values()):
             raise ConfigError(f"{folder}: no finished arms yet, nothing to report "
@@ -113,7 +113,7 @@ class _Builder:
         for a in self.arms.values():
             if a.change is None:
                 continue
-            key = (a.incumbent, a.change[0], format_value(a.change[1]))
+            key = (a.incumbent, a.change[0], values.text(a.change[1]))
             if a.kind == "probe":
                 last_probe[key] = a.n
             elif a.kind == "confirm" and key in last_probe:

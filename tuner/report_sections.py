@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from .export import change_value_text
+from . import values
 from .records import latest_judged
 from .status import baseline_objective
 from .status import gain as status_gain
@@ -46,7 +46,7 @@ def headline(b, df: pd.DataFrame, series: list[dict]) -> Section:
         m = b.moves[-1]
         ch = m.get("change") or ["?", None]
         arms = " and ".join(f"#{n}" for n in m.get("confirmed_arms") or [m["arm"]])
-        change = f"{ch[0]} → {change_value_text(ch[1])} (arms {arms})"
+        change = f"{ch[0]} → {values.text_of(ch[1])} (arms {arms})"
         gain = status_gain(end_obj, start_obj)
         s.add("p", f"**Incumbent at end:** `{st.incumbent.key()}` after {len(b.moves)} move(s), the last {change} — "
                    f"{_num(end_obj)} {_unit(b)}: **{_pct(gain)}** against the start ({band}).")
@@ -317,7 +317,7 @@ def decisions(b, df: pd.DataFrame) -> Section:
     cols = ["runs, challenger", "runs, incumbent", "difference [interval]", "error rate"]
     moves = [r for r in b.records if r["op"] == "incumbent" and r.get("comparison")]
     if moves:
-        rows = [[f"arm {r['arm']}", f"{r['change'][0]} → {change_value_text(r['change'][1])}", *_cmp_row(r["comparison"])]
+        rows = [[f"arm {r['arm']}", f"{r['change'][0]} → {values.text_of(r['change'][1])}", *_cmp_row(r["comparison"])]
                 for r in moves]
         s.add("table", pd.DataFrame(rows, columns=["move", "change", *cols]))
     h2h = [r for r in b.records if r["op"] == "compare" and r.get("kind") == "head-to-head"]
@@ -330,7 +330,7 @@ def decisions(b, df: pd.DataFrame) -> Section:
     inc = b.st.incumbent.key()
     for r in b.records:
         if r["op"] == "compare" and r.get("change") and r["incumbent"] == inc:
-            last[(r["change"][0], change_value_text(r["change"][1]))] = r["comparison"]
+            last[(r["change"][0], values.text_of(r["change"][1]))] = r["comparison"]
     und = [(k, c) for k, c in last.items() if c["verdict"] == "undecided"]
     if und:
         s.add("p", "Undecided (never promoted; their measurements did not settle):")

@@ -10,7 +10,7 @@ from arms.errors import ConfigError
 from arms.secrets import REDACTED
 from arms.shape import Shape
 
-from .journal import decode_value, encode_value
+from . import values
 from .records import ArmEnd, ArmStart, CampaignEnd, CampaignStart, Compare, Guard, IncumbentMove, Record, Told, decode
 from .verdict import NoiseBand, Score
 
@@ -104,14 +104,14 @@ class State:
         out: dict[tuple[str, str], list[Arm]] = {}
         for a in sorted(self.finished(), key=lambda a: a.n):
             if a.change and a.incumbent == key and a.kind == "probe" and a.verdict != "interrupted":
-                out.setdefault((a.change[0], _vt(a.change[1])), []).append(a)
+                out.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
         return out
 
     def history(self) -> dict[tuple[str, str], list[Arm]]:
         out: dict[tuple[str, str], list[Arm]] = {}
         for a in self.finished():
             if a.change and a.kind == "probe" and a.verdict != "interrupted":
-                out.setdefault((a.change[0], _vt(a.change[1])), []).append(a)
+                out.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
         return out
 
     def measurements_of(self, shape: Shape) -> list[dict]:
@@ -127,12 +127,6 @@ class State:
                 break
             n += 1
         return n
-
-
-def _vt(value) -> str:
-    from arms.shape import format_value
-
-    return format_value(value)
 
 
 def _resolve(sealed: Shape, key: str | None, base: Shape | None, change, levers) -> tuple[Shape, tuple | None]:
@@ -154,8 +148,6 @@ def _resolve(sealed: Shape, key: str | None, base: Shape | None, change, levers)
 
 def _joint(baseline: Shape, params: dict, levers: dict, key: str) -> Shape | None:
     """A joint arm's real shape from its study params (sealed choices, ``tuner.values``)."""
-    from . import values
-
     shape = baseline
     try:
         for name, lever in levers.items():
@@ -221,7 +213,7 @@ def _real_change(st: State, raw: dict) -> dict:
     a = st.arms.get(raw.get("arm"))
     if a is None or a.change is None or not raw.get("change"):
         return raw
-    return {**raw, "change": [a.change[0], encode_value(a.change[1])]}
+    return {**raw, "change": [a.change[0], values.encode(a.change[1])]}
 
 
 def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None = None) -> None:
@@ -236,7 +228,7 @@ def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None =
                 st.incumbent_key = bk          # a reader holds the sealed baseline
                 st.shapes[bk] = st.baseline
     elif isinstance(rec, ArmStart):
-        change = (rec.change[0], decode_value(rec.change[1])) if rec.change else None
+        change = (rec.change[0], values.decode(rec.change[1])) if rec.change else None
         sealed = _shape(rec.shape, shapes)
         shape, change = _resolve(sealed, rec.identity, st.shapes.get(rec.incumbent), change, levers)
         if rec.params and levers and rec.identity and shape.key() != rec.identity:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from arms.errors import ConfigError
 
+from tuner import values
+
 PHASE_FILE = "phase.json"        # written by the running daemon (tuner/liveview.py)
 
 
@@ -46,12 +48,6 @@ def label(arm, arms=()) -> str:
             return "better (unconfirmed)"
         return "better (confirmed)" if conf.verdict == "better" else "better (not confirmed)"
     return v
-
-
-def change_words(change) -> str:
-    from arms.shape import format_value
-
-    return "—" if not change else f"{change[0]} → {format_value(change[1])}"
 
 
 def incumbent_changes(st) -> list[str]:
@@ -110,7 +106,7 @@ def status_data(folder: Path) -> dict:
     arms = []
     for a in sorted(st.arms.values(), key=lambda a: a.n):
         e = a.end or {}
-        arms.append({"arm": a.n, "kind": a.kind, "change": None if not a.change else change_words(a.change),
+        arms.append({"arm": a.n, "kind": a.kind, "change": None if not a.change else values.change_text(a.change),
                      "verdict": e.get("verdict"), "label": label(a, st.arms.values()),
                      "objective": (e.get("score") or {}).get("objective"), "delta": e.get("delta"),
                      "boot_s": (e.get("boot") or {}).get("boot_s"), "reason": e.get("reason")})

@@ -20,7 +20,7 @@ from optuna.trial import TrialState, create_trial
 
 from . import values
 from .journal import repair_tail
-from .sampler import told_as, trial_attr  # noqa: F401 - trial_attr: re-exported for the loop
+from .sampler import told_as
 from .state import State
 
 log = logging.getLogger("tuner.study")
@@ -113,7 +113,7 @@ def _expected(arm, choices: list[str], levers: dict, moved: dict | None = None, 
     else:
         params = {"lever": arm.change[0] if arm.change else "(incumbent)"}
         dists = {"lever": CategoricalDistribution(choices)}
-        attrs = {"value": trial_attr(arm.change) if arm.change else arm.kind, "kind": arm.kind}
+        attrs = {"value": values.param(*arm.change) if arm.change else arm.kind, "kind": arm.kind}
         if (arm.start or {}).get("why"):
             attrs["why"] = arm.start["why"]
         if arm.end is not None:                 # the one-change study: told as the sampler tells
