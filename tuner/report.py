@@ -76,7 +76,6 @@ class _Builder:
         camp = self.start.get("campaign") or {}
         self.name = camp.get("name") or folder.name
         self.objective = str(camp.get("objective") or "decode_geomean")
-        self.min_effect = float((camp.get("noise") or {}).get("min_effect", 0.02))
         self.constraints = Constraints.from_mapping(camp.get("constraints"), "campaign")
         self.baseline = Shape.from_dict(self.start["baseline"])
         pairs = arm_pairs(records)
