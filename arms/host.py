@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -108,8 +109,9 @@ class Host(Protocol):
     def start(self, spec: ContainerSpec) -> str:
         """Create and start a container; returns its id. HostError on refusal."""
 
-    def follow_logs(self, cid: str, path: Path) -> LogFollower:
-        """Copy the container's combined output into ``path`` until it exits."""
+    def follow_logs(self, cid: str, path: Path, redact: Callable[[str], str] | None = None) -> LogFollower:
+        """Copy the container's combined output into ``path`` until it exits, each line passed
+        through ``redact`` before it is written (secrets an engine echoes never reach the disk)."""
 
     def state(self, cid: str) -> ContainerState:
         """Current state; status "missing" when the container no longer exists."""

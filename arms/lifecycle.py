@@ -19,6 +19,7 @@ from .argv import render_argv, render_env
 from .host import (LABEL_ARM, LABEL_CAMPAIGN, LABEL_MANAGED, BindMount, ContainerSpec, Host,
                    LogFollower)
 from .readiness import ReadinessProbe, ReadyResult, wait_ready
+from .secrets import Sealer
 from .shape import Shape
 
 log = logging.getLogger("tuner.arms.lifecycle")
@@ -105,7 +106,7 @@ def booted(host: Host, spec: ContainerSpec, *, log_path: Path, port: int, model:
     crashpoint("container-started", dict(spec.labels).get(LABEL_ARM))
     follower = None
     try:
-        follower = host.follow_logs(cid, log_path)
+        follower = host.follow_logs(cid, log_path, Sealer.of_container(spec.env, spec.command).text)   # sealed as written
         log.info("[%s BOOT] %s started as %s", tag, spec.name, cid[:12])
         url = host.base_url(cid, port)
         with host.http_client(cid, timeout=10.0) as http:

@@ -119,7 +119,9 @@ def secret_values(obj: Any, _secret: bool = False) -> set[str]:
             _secret = True
         for i, x in enumerate(obj):
             prev = obj[i - 1] if i else None
-            flag = isinstance(prev, str) and prev.startswith("-") and is_secret(prev)
+            flag = isinstance(prev, str) and prev.startswith("-") and "=" not in prev and is_secret(prev)
+            if isinstance(x, str) and x.startswith("-") and "=" in x and is_secret(x.split("=", 1)[0]):
+                x, flag = x.split("=", 1)[1], True          # --api-key=VALUE
             out |= secret_values(x, _secret or flag)
     elif isinstance(obj, (str, int, float)) and not isinstance(obj, bool):
         text = str(obj)
@@ -146,6 +148,12 @@ class Sealer:
     def __init__(self, values: Iterable[str] = ()):
         self.values = sorted({v for v in values if v and v != REDACTED}, key=len, reverse=True)
         self._re = re.compile("|".join(map(re.escape, self.values))) if self.values else None
+
+    @classmethod
+    def of_container(cls, env: Iterable, argv: Iterable[str]) -> "Sealer":
+        """The secrets one container is started with (its env pairs and argv): what its engine
+        may echo in its log (vLLM prints its non-default args, api_key included)."""
+        return cls.of({"env": [list(p) for p in env], "argv": list(argv)})
 
     @classmethod
     def of(cls, *objs: Any) -> "Sealer":

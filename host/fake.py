@@ -75,11 +75,11 @@ class FakeHost(RealTime):
             self.containers[cid] = ctr
         return cid
 
-    def follow_logs(self, cid: str, path: Path) -> LogFollower:
+    def follow_logs(self, cid: str, path: Path, redact=None) -> LogFollower:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         ctr = self.containers.get(cid)
-        path.write_text("".join(line + "\n" for line in (ctr.logs if ctr else [])))
+        path.write_text("".join((redact or str)(line) + "\n" for line in (ctr.logs if ctr else [])))
         return LogFollower(path=path, stop=lambda timeout=0: None)
 
     def state(self, cid: str) -> ContainerState:

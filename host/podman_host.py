@@ -113,7 +113,7 @@ class PodmanHost(RealTime, Systemctl):
                 return None
             raise
 
-    def follow_logs(self, cid: str, path: Path) -> LogFollower:
+    def follow_logs(self, cid: str, path: Path, redact=None) -> LogFollower:
         """Copy the log as it grows; re-open a stream that ends while the container still runs
         (podman can close a follow stream opened in the first instants of a container), and on
         ``stop`` resync the file from podman's whole log so no line is ever missing."""
@@ -124,7 +124,8 @@ class PodmanHost(RealTime, Systemctl):
         box = {"closed": False, "lines": 0}
 
         def line(frame: bytes) -> bytes:
-            return frame if frame.endswith(b"\n") else frame + b"\n"
+            frame = frame if frame.endswith(b"\n") else frame + b"\n"
+            return redact(frame.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape") if redact else frame
 
         def pump() -> None:
             with open(path, "ab", buffering=0) as f:

@@ -98,7 +98,7 @@ class _Ctr:
     exit_code: int | None = None       # of a failed boot
     core: EngineCore | None = None     # of a ready boot
     killed: tuple[float, int] | None = None
-    followers: list[list] = field(default_factory=list)                 # [path, lines written]
+    followers: list[list] = field(default_factory=list)                 # [path, lines written, redact]
 
     def exited_at(self, now: float) -> int | None:
         if self.killed is not None:
@@ -291,17 +291,17 @@ class SimHost:
                     for f in ctr.followers:
                         if f[1] < n:
                             with open(f[0], "a", encoding="utf-8") as fh:
-                                fh.write("".join(line + "\n" for _, _, line in ctr.lines[f[1]:n]))
+                                fh.write("".join(f[2](line) + "\n" for _, _, line in ctr.lines[f[1]:n]))
                             f[1] = n
 
-    def follow_logs(self, cid: str, path: Path) -> LogFollower:
+    def follow_logs(self, cid: str, path: Path, redact=None) -> LogFollower:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
         with self._lock:
             ctr = self.containers.get(cid)
             if ctr is not None:
-                ctr.followers.append([path, 0])
+                ctr.followers.append([path, 0, redact or str])
                 self._sync()
         return LogFollower(path=path, stop=lambda timeout=0: None)
 

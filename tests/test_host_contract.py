@@ -26,7 +26,10 @@ def _fake_program(spec: ContainerSpec) -> FakeRun:
     if "--bogus-flag" in spec.command:
         return FakeRun(["usage: vllm serve [model_tag] [options]",
                         "vllm: error: unrecognized arguments: --bogus-flag"], exit_code=2)
-    return FakeRun(["(APIServer pid=1) INFO 11-29 21:30:00 [utils.py:278] non-default args: {'model_tag': '/models/sim'}"],
+    echo = {"model_tag": "/models/sim"}
+    if "--hf-token" in spec.command:                       # vLLM echoes its non-default args, secrets included
+        echo["hf_token"] = spec.command[spec.command.index("--hf-token") + 1]
+    return FakeRun([f"(APIServer pid=1) INFO 11-29 21:30:00 [utils.py:278] non-default args: {echo}"],
                    files={FILE_IN_IMAGE: b'"""What a booted simulated engine does"""\n'})
 
 
@@ -159,3 +162,23 @@ def test_port_holder_names_our_running_container_and_a_free_port_has_none(env):
     finally:
         host.remove(cid)
     assert wait_for(lambda: host.port_holder(port) is None)
+
+
+def test_follow_logs_writes_each_line_through_redact(env, tmp_path):
+    """An engine that echoes its argv (vLLM's non-default args): the line on disk is redacted
+    as it is written, by every host."""
+    from arms.secrets import Sealer
+
+    host, _, ref = env
+    secret = "plainFlagPassw0rd"
+    s = spec(ref, "tuner-contract-arm5", "--hf-token", secret)
+    cid = host.start(s)
+    try:
+        follower = host.follow_logs(cid, tmp_path / "secret.log", Sealer.of_container(s.env, s.command).text)
+        assert wait_for(lambda: "non-default args" in follower.text())
+        if callable(follower.stop):
+            follower.stop(0.0)
+    finally:
+        host.remove(cid)
+    text = (tmp_path / "secret.log").read_text()
+    assert secret not in text and "'hf_token': '***'" in text, text[:1000]

@@ -8,7 +8,7 @@ import pytest
 from arms.errors import ConfigError
 from arms.shape import ABSENT, Shape
 from tuner.journal import Journal, redact, repair_tail
-from tuner.search import encode_value
+from tuner.values import encode as encode_value
 from tuner.state import replay
 
 IMG = "localhost/x@sha256:" + "a" * 64

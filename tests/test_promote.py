@@ -19,7 +19,7 @@ from tuner import cli
 from tuner.journal import Journal
 from tuner.production import parse_file
 from tuner.promote import promote, rollback
-from tuner.search import encode_value
+from tuner.values import encode as encode_value
 from tuner.units import parse_env_file, parse_quadlet, parse_service
 
 UNIT = "frank-primary.service"
@@ -53,7 +53,7 @@ def night(base: Shape, winner_change=("expert-prefetch", ABSENT), decode=(26.8, 
 
 
 def write_campaign(tmp: Path, base: Shape, arms: list[dict], production: dict, *, measure=None,
-                   min_effect=0.02, name="prod-night") -> Path:
+                   min_effect=0.02, name="prod-night", file: str | None = None) -> Path:
     raw = {"name": name, "engine": "simengine",
            "baseline": {"image": base.image, "model": base.model, "env": dict(base.env)},
            "measure": measure or {"depths": [166], "runs": 2, "warm_tokens": 8, "max_tokens": 32},
@@ -63,7 +63,7 @@ def write_campaign(tmp: Path, base: Shape, arms: list[dict], production: dict, *
     camp.write_text(yaml.safe_dump(raw))
     folder = tmp / "journal" / name
     j = Journal(folder / "journal.jsonl")
-    j.append("campaign_start", campaign_hash="test", campaign=raw, file=str(camp), baseline=base.to_dict())
+    j.append("campaign_start", campaign_hash="test", campaign=raw, file=file or str(camp), baseline=base.to_dict())
     incumbent = base
     for a in arms:
         ch = [a["change"][0], encode_value(a["change"][1])] if a["change"] else None
@@ -534,3 +534,74 @@ def test_the_demo_campaign_promotes_into_a_folder_it_owns():
     prod = camp.production
     assert prod.promote_as == "unit" and prod.unit == "sim-demo.service"
     assert not Path(prod.unit_file).is_absolute() and "journal/" in prod.unit_file
+
+
+# -- one writer: promote and rollback hold the campaign folder's lock ----------------------------------
+def test_promote_refuses_while_a_run_holds_the_folder_and_holds_it_while_it_writes(quadlet_night, capsys):
+    import subprocess
+    import sys
+
+    from tuner.lock import CampaignBusy, CampaignLock, holder, is_held
+
+    folder, target, base = quadlet_night
+    run = subprocess.Popen([sys.executable, "-c", "import sys, time; from tuner.lock import CampaignLock; "
+                            "CampaignLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)",
+                            str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout.readline().strip() == "held"          # a `tuner run` of this campaign, mid-night
+        journal, unit = (folder / "journal.jsonl").read_bytes(), target.read_text()
+        for cmd in ("promote", "rollback"):
+            assert cli.main([cmd, str(folder)]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and f"is being run by pid {run.pid} on host" in err[0], err
+            assert f"`tuner {cmd}` waits for it to end" in err[0]
+        with pytest.raises(CampaignBusy):
+            promote(folder, host=ProdFake(target, "quadlet"), smoke=smoke_at(40.6))
+        assert (folder / "journal.jsonl").read_bytes() == journal and target.read_text() == unit
+        assert promote(folder, dry_run=True, host=ProdFake(target, "quadlet")).outcome == "dry-run"   # reads only
+        assert (folder / "journal.jsonl").read_bytes() == journal
+    finally:
+        run.kill()
+        run.wait()
+    seen = []
+
+    class Watching(ProdFake):
+        def unit(self, name, action):        # mid-promotion: the folder is held, a run would refuse
+            h = holder(folder)
+            with pytest.raises(CampaignBusy, match=r"held by `tuner (promote|rollback)`, pid \d+ .*one `tuner run` per campaign"):
+                CampaignLock(folder).acquire()
+            seen.append((action, h["command"], is_held(folder)))
+            return super().unit(name, action)
+
+    assert promote(folder, host=Watching(target, "quadlet"), smoke=smoke_at(40.6), poll_s=0.5).outcome == "promoted"
+    assert seen and all(c == "tuner promote" and held for _, c, held in seen)
+    assert not is_held(folder) and holder(folder) is None     # released when it is done
+    seen.clear()
+    assert rollback(folder, host=Watching(target, "quadlet"), poll_s=0.5).healthy
+    assert seen and all(c == "tuner rollback" for _, c, _ in seen) and not is_held(folder)
+
+
+def test_promote_reads_the_campaign_file_beside_its_folder_not_in_the_cwd(tmp_path, monkeypatch):
+    """A journal naming its campaign file relatively (as given to `tuner run`): promote finds the
+    file from the campaign folder, not from wherever it is run, where another file may sit."""
+    base = base_shape()
+    site = tmp_path / "site"
+    folder = write_campaign(site, base, night(base), production(site, "unit"), file="campaign.yaml")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    decoy = yaml.safe_load((site / "campaign.yaml").read_text())
+    decoy["production"] = production(elsewhere, "unit")
+    (elsewhere / "campaign.yaml").write_text(yaml.safe_dump(decoy))
+    monkeypatch.chdir(elsewhere)
+    target = site / "units" / UNIT
+    res = promote(folder, host=ProdFake(target, "unit"), smoke=smoke_at(40.6), poll_s=0.5)
+    assert res.outcome == "promoted" and res.target == str(target) and target.exists()
+    assert not (elsewhere / "units").exists()
+    # and a night run from a relative path journals the file absolutely
+    from tests.test_campaign_sim import campaign
+
+    monkeypatch.chdir(tmp_path)
+    path = campaign(tmp_path, "relative", budget={"max_arms": 1})
+    assert cli.main(["run", path.name, "--simulated", "--quiet"]) == 0
+    start = Journal(tmp_path / "journal" / "relative" / "journal.jsonl").records[0]
+    assert start["file"] == str(path.resolve())

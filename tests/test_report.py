@@ -235,3 +235,76 @@ def test_report_without_matplotlib_says_so_in_one_line(night, tmp_path, monkeypa
     notes = [x for x in md.splitlines() if "plots skipped: matplotlib is not installed" in x]
     assert len(notes) == 3 and not list((folder / "report").glob("*.png"))
     assert "data:image/png" not in (folder / "report.html").read_text()
+
+
+def test_report_and_status_print_the_journaled_band_incumbent_value_and_error_rate(night, report_md, capsys):
+    """The report's incumbent value, noise band, decision band, error rate and comparison
+    intervals are the journal's (campaign_end's ``judged``, the compare records), the same
+    numbers `tuner status --json` gives, and the loop's own (a fresh replay agrees)."""
+    from tuner.state import replay
+
+    recs = records(night)
+    end = next(r for r in reversed(recs) if r["op"] == "campaign_end")
+    j = end["judged"]
+    min_effect = recs[0]["campaign"]["noise"]["min_effect"]
+    assert replay(recs, Shape.from_dict(recs[0]["baseline"])).judged(min_effect) == j
+    head = section(report_md, "Headline")
+    assert f"— {j['incumbent_value']:,.2f} tok/s" in head
+    assert f"noise band ±{j['noise_band']:.1%} from {j['measures']} measures of the incumbent" in head
+    assert f"a change had to beat ±{j['band']:.1%}, promotions at a family error rate of {end['error_rate']:g}" in head
+    assert main(["status", str(night), "--json"]) == 0
+    import json
+
+    st = json.loads(capsys.readouterr().out)
+    assert st["incumbent_objective"] == j["incumbent_value"] and st["judged"] == j
+    assert st["error_rate"] == end["error_rate"]
+    assert f"**{st['gain']:+.1%}** against the start" in head
+    # the plot's incumbent and band: each arm's journaled judgement, then the final one
+    by_arm = {r["arm"]: r for r in recs if r["op"] == "arm_start"}
+    want = [(r["t"], by_arm[r["arm"]]["judged"]["incumbent_value"], by_arm[r["arm"]]["judged"]["band"])
+            for r in finished(recs).values() if by_arm[r["arm"]]["judged"]["incumbent_value"] is not None]
+    got = [(p["t"], p["incumbent"], p["band"]) for p in build_report(night).plots["series"]]
+    assert got == want + [(end["t"], j["incumbent_value"], j["band"])]
+    how = section(report_md, "How sure")
+    for m in (r for r in recs if r["op"] == "incumbent" and r.get("comparison")):
+        c = m["comparison"]
+        row = next(line for line in how.splitlines() if line.startswith(f"| arm {m['arm']} |"))
+        assert f"{c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}]" in row and f"| {c['alpha']:.2g} |" in row
+
+
+def test_report_reads_the_judgement_it_never_recomputes_it(night, tmp_path, capsys):
+    """Journaled numbers changed by hand are what the report and status print."""
+    folder = tmp_path / "night"
+    shutil.copytree(night, folder)
+    recs = records(folder)
+    end = next(r for r in reversed(recs) if r["op"] == "campaign_end")
+    end["judged"] = {**end["judged"], "incumbent_value": 123.456, "noise_band": 0.0771, "band": 0.0812, "measures": 9}
+    end["error_rate"] = 0.01
+    write_journal(folder, recs)
+    head = section(render_markdown(build_report(folder)), "Headline")
+    assert "— 123.46 tok/s" in head and "noise band ±7.7% from 9 measures" in head
+    assert "had to beat ±8.1%, promotions at a family error rate of 0.01" in head
+    assert main(["status", str(folder), "--json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["incumbent_objective"] == 123.456
+
+
+def test_a_lever_value_reads_the_same_in_the_report_status_and_export(night):
+    """One codec (tuner/values.py): each arm's change as export, status and the report show it."""
+    from tuner import values
+    from tuner.export import arms_frame
+    from tuner.status import status_data
+
+    recs = records(night)
+    frame = arms_frame(recs).set_index("arm")
+    status = {a["arm"]: a for a in status_data(night)["arm_list"]}
+    arms = section(write_report(night), "Arms")
+    changed = [r for r in recs if r["op"] == "arm_start" and r.get("change")]
+    assert changed
+    for r in changed:
+        lever, text = r["change"][0], values.text_of(r["change"][1])
+        assert frame.at[r["arm"], "change_value"] == text
+        assert status[r["arm"]]["change"] == f"{lever} → {text}"
+        if r["arm"] in finished(recs):
+            assert text in row_of(arms, r["arm"])

@@ -90,7 +90,9 @@ def test_a_campaign_with_secrets_decides_as_one_without_and_leaks_them_nowhere(t
         assert _tuner("report", folder).returncode == 0
         for fmt in ("csv", "jsonl"):
             assert _tuner("export", folder, "--format", fmt).returncode == 0
-        runs[secrets] = (folder, r.stdout + r.stderr)
+        status = _tuner("status", folder, "--json")
+        assert status.returncode == 0
+        runs[secrets] = (folder, r.stdout + r.stderr + status.stdout + status.stderr)
     plain, sealed = _moves(runs[False][0]), _moves(runs[True][0])
     assert sealed == plain
     assert sealed[1][0] == "baseline" and sealed[2], sealed          # the baseline's score was set, the night moved
@@ -115,3 +117,55 @@ def test_a_json_file_stays_json_and_numbers_are_never_hit(tmp_path):
     assert s.file(p)
     got = json.loads(p.read_text())
     assert got == {"kv_pool_tokens": 40960, "echo": "token ***", "args": [["api-key", "***"]]}
+
+
+def test_boot_logs_are_sealed_as_they_are_written(tmp_path, monkeypatch):
+    """The engine echoes its argv (the simulated vLLM's non-default args, hf_token included):
+    the boot log on disk never holds the secret, even with the after-arm pass switched off."""
+    from arms.profiles import load_profile
+    from tests.test_campaign_sim import night
+
+    monkeypatch.setattr(Sealer, "file", lambda self, path: False)       # only the writer's own sealing left
+    _, recs, _ = night(_campaign(tmp_path, "echo", True), max_arms=3)
+    logs = sorted((tmp_path / "journal" / "echo" / "arms").glob("*/boot.log"))
+    assert logs and all(p.stat().st_size for p in logs)
+    for p in logs:
+        text = p.read_text()
+        assert "'hf_token': '***'" in text, text[:2000]        # the echo is there, sealed
+        for s in SECRETS:
+            assert s not in text, f"{s} in {p}"
+    assert load_profile("simengine")
+
+
+def test_the_joint_study_holds_sealed_choices_and_rebuilds_from_the_journal(tmp_path):
+    """Joint mode: Optuna's params are the levers' sealed choices ("*** #i" for a secret value),
+    the arm journal keeps them, and a deleted study is rebuilt with the same params."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from tests.test_campaign_sim import night
+
+    path = _campaign(tmp_path, "jointly", True)
+    raw = yaml.safe_load(path.read_text())
+    raw["search"] = "joint"
+    path.write_text(yaml.safe_dump(raw))
+    _, recs, _ = night(path, max_arms=6)
+    folder = tmp_path / "journal" / "jointly"
+    joint = [r for r in recs if r["op"] == "arm_start" and r["kind"] == "joint"]
+    assert joint and all(r["params"]["env.R4D_AUTH_MODE"] in ('"*** #0"', '"*** #1"') for r in joint)
+    for p in folder.rglob("*"):
+        if p.is_file():
+            for s in SECRETS:
+                assert s.encode() not in p.read_bytes(), f"{s} leaked into {p.relative_to(folder)}"
+
+    def params():
+        study = optuna.load_study(study_name="jointly", storage=JournalStorage(JournalFileBackend(
+            str(folder / "optuna.journal"))))
+        return [(t.number, t.params, t.state) for t in study.get_trials()]
+
+    before = params()
+    assert [p for _, p, _ in before if "lever" not in p] == [r["params"] for r in joint]
+    (folder / "optuna.journal").unlink()
+    night(path, max_arms=6)                                  # resume: the budget is spent, the study rebuilt
+    assert params() == before

@@ -180,19 +180,18 @@ def cmd_measure(ns) -> int:
 # -- campaign: check, run, status -------------------------------------------------------------
 def cmd_check(ns) -> int:
     from tuner.search import candidates, propose
+    from tuner import values
     from tuner.state import replay
 
     camp, profile, host, shape, _ = _prepare(ns.campaign, [])
     if ns.json:
         from dataclasses import replace
 
-        from arms.shape import format_value
-
         st = replay([], replace(camp.baseline, image=shape.image))
         print(json.dumps({"campaign": camp.name, "levers": len(camp.levers), "profile": profile.name,
                           "folder": str(camp.folder), "image": shape.image, "objective": str(camp.search.objective),
                           "constraints": camp.search.constraints.describe(),
-                          "first_arms": [{"lever": lv, "value": format_value(v), "why": why}
+                          "first_arms": [{"lever": lv, "value": values.text(v), "why": why}
                                          for _, lv, v, why in candidates(st, camp.levers)[: ns.show]]}, indent=1))
         return 0
     print(f"campaign {camp.name}: {len(camp.levers)} levers, profile {profile.name}, folder {camp.folder}")
@@ -205,9 +204,7 @@ def cmd_check(ns) -> int:
     print(f"first arm: {first.kind} ({first.why})")
     print("then, one change each, in this order:")
     for i, (_, lever, value, why) in enumerate(candidates(st, camp.levers)[: ns.show], 1):
-        from arms.shape import format_value
-
-        print(f"  {i:2d}. {lever} -> {format_value(value)}  ({why})")
+        print(f"  {i:2d}. {lever} -> {values.text(value)}  ({why})")
     return 0
 
 

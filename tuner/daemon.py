@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from arms.errors import ConfigError
+from tuner import values
 
 log = logging.getLogger("tuner.daemon")
 
@@ -151,17 +152,11 @@ def arms_table(st, last: int | None = None):
     for a in arms[-last:] if last else arms:
         e = a.end or {}
         obj = (e.get("score") or {}).get("objective")
-        t.add_row(str(a.n), a.kind, change_text(a.change), e.get("verdict") or "running",
+        t.add_row(str(a.n), a.kind, values.change_text(a.change), e.get("verdict") or "running",
                   "" if obj is None else f"{obj:.2f}",
                   "" if e.get("delta") is None else f"{e['delta']:+.1%}",
                   "" if not e.get("boot") else f"{e['boot'].get('boot_s', 0):.0f}")
     return t
-
-
-def change_text(change) -> str:
-    from arms.shape import format_value
-
-    return "—" if not change else f"{change[0]} → {format_value(change[1])}"
 
 
 def _folder(arg: str) -> Path:
@@ -210,7 +205,7 @@ def print_status(ns) -> int:
 
     Console(width=max(140, shutil.get_terminal_size().columns)).print(arms_table(st))
     if pid and running:
-        print(f"running: arm {running[0].n} ({running[0].kind}, {change_text(running[0].change)}) in daemon pid {pid}")
+        print(f"running: arm {running[0].n} ({running[0].kind}, {values.change_text(running[0].change)}) in daemon pid {pid}")
     elif running:
         print(f"arm {running[0].n} was interrupted (no daemon alive): `tuner run` resumes it")
     print(f"ended: {(st.ended or {}).get('reason', 'not yet')}")

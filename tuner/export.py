@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from arms.errors import ConfigError
-from arms.shape import format_value
-from tuner.journal import decode_value, read_journal
+from tuner import values
+from tuner.journal import read_journal
 
 FORMATS = ("csv", "jsonl", "parquet")
 # (column prefix, key of a depth's measurement)
@@ -59,10 +59,6 @@ def load_records(folder: Path) -> list[dict]:
 
 
 
-def change_value_text(v) -> str:
-    return format_value(decode_value(v))
-
-
 def _precision(tel: dict | None):
     rep = (tel or {}).get("report") or {}
     return (rep.get("summary") or {}).get("precision")
@@ -81,7 +77,7 @@ def arm_row(start: dict, end: dict | None, depths: list[str]) -> dict:
     tel = end.get("telemetry")
     row = {
         "arm": start["arm"], "kind": start.get("kind"),
-        "change_lever": ch[0] if ch else None, "change_value": change_value_text(ch[1]) if ch else None,
+        "change_lever": ch[0] if ch else None, "change_value": values.text_of(ch[1]) if ch else None,
         "verdict": end.get("verdict"), "delta": end.get("delta"), "threshold": end.get("threshold"),
         "objective": score.get("objective"), "feasible": score.get("feasible"), "violation": score.get("violation"),
         "acceptance": m.get("acceptance"), "boot_outcome": boot.get("outcome"), "boot_s": boot.get("boot_s"),

@@ -27,24 +27,6 @@ from arms.errors import ConfigError
 
 log = logging.getLogger("tuner.journal")
 
-ABSENT_JSON = {"__absent__": True}
-
-
-def encode_value(v):
-    """A lever value as JSON for the journal and Optuna (ABSENT survives the round trip)."""
-    from arms.shape import ABSENT, thaw
-
-    return dict(ABSENT_JSON) if v is ABSENT else thaw(v)
-
-
-def decode_value(v):
-    from arms.shape import ABSENT
-
-    return ABSENT if v == ABSENT_JSON else v
-
-
-
-
 QUARANTINE_SUFFIX = ".quarantine.jsonl"
 
 def quarantine_path(path: Path) -> Path:

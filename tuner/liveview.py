@@ -107,7 +107,7 @@ class NightView:
         with self._lock:
             self.arms_done = len(st.arms)
             self.incumbent = incumbent_changes(st)
-            self.objective = st.incumbent_score.objective if st.incumbent_score else None
+            self.objective = st.incumbent_value
             base = next((a for a in sorted(st.arms.values(), key=lambda a: a.n) if a.kind == "baseline" and a.end
                          and (a.end.get("score") or {}).get("objective") is not None), None)
             self.base_objective = base.end["score"]["objective"] if base else self.base_objective

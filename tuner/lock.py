@@ -43,13 +43,28 @@ def _describe(h: dict | None) -> str:
     return f"pid {h.get('pid')} on host {h.get('host')} since {started}"
 
 
-class CampaignLock:
-    """``with CampaignLock(folder):`` — the exclusive writer's lock, or ``CampaignBusy``."""
+RUN = "tuner run"
+HINTS = {RUN: "one `tuner run` per campaign folder — wait for it, or stop it (`tuner status` reads it meanwhile)"}
 
-    def __init__(self, folder: Path, clock=time.time):
+
+def busy_message(folder: Path, h: dict | None, command: str = RUN) -> str:
+    """The one line a refused writer says: who holds ``folder``, and what to do."""
+    cmd = (h or {}).get("command") or RUN
+    who = f"being run by {_describe(h)}" if cmd == RUN else f"held by `{cmd}`, {_describe(h)}"
+    hint = HINTS.get(command) or f"`{command}` waits for it to end (`tuner status` shows where it is); nothing was written"
+    return f"{folder} is {who}: {hint}"
+
+
+class CampaignLock:
+    """``with CampaignLock(folder):`` — the exclusive writer's lock, or ``CampaignBusy``. Every
+    writer of a campaign folder takes it: `tuner run` for its whole life, `tuner promote` and
+    `tuner rollback` while they write (``command`` names the holder in the lock file)."""
+
+    def __init__(self, folder: Path, clock=time.time, command: str = RUN):
         self.folder = Path(folder)
         self.path = self.folder / LOCK_NAME
         self.clock = clock
+        self.command = command
         self._fd: int | None = None
 
     def acquire(self) -> "CampaignLock":
@@ -59,9 +74,9 @@ class CampaignLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise CampaignBusy(f"{self.folder} is being run by {_describe(holder(self.folder))}: one `tuner run` "
-                               "per campaign folder — wait for it, or stop it (`tuner status` reads it meanwhile)") from None
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": round(self.clock(), 3)}
+            raise CampaignBusy(busy_message(self.folder, holder(self.folder), self.command)) from None
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": round(self.clock(), 3),
+              "command": self.command}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
         os.fsync(fd)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -26,11 +25,12 @@ from .arm_runner import ArmRunner
 from .compare import Side, compare, look_alpha
 from .sampler import OneChangeSampler, told_as
 from .sampler import tell as sampler_tell
+from . import values
 from .guard import Guard
-from .journal import Journal, decode_value, refuse_orphaned
-from .search import Proposal, apply, by_constraint, encode_value, propose
+from .journal import Journal, refuse_orphaned
+from .search import Proposal, apply, by_constraint, propose
 from .state import Replay, State
-from .study import open_study, sync_study, trial_attr
+from .study import open_study, sync_study
 from .verdict import Score
 
 log = logging.getLogger("tuner.loop")
@@ -95,7 +95,7 @@ class CampaignLoop:
         if not started:
             refuse_orphaned(self.camp.folder, self.journal)
             self.journal.append("campaign_start", campaign_hash=h, campaign=json.loads(json.dumps(self.camp.raw, default=str)),
-                                file=str(self.camp.path), baseline=self.camp.baseline.to_dict(),
+                                file=str(self.camp.path.resolve()), baseline=self.camp.baseline.to_dict(),
                                 baseline_identity=self.camp.baseline.key())
         else:
             self.journal.append("note", text="resumed", campaign_hash=h)
@@ -153,7 +153,7 @@ class CampaignLoop:
     # -- the loop -------------------------------------------------------------------------------
     def _ask(self, p: Proposal) -> int:
         lever = p.change[0] if p.change else "(incumbent)"
-        value = trial_attr(p.change) if p.change else p.kind
+        value = values.param(*p.change) if p.change else p.kind
         if self.sampler is not None:
             self.sampler.propose(p)             # the policy decides; the study's sampler hands it to Optuna
         else:
@@ -199,9 +199,10 @@ class CampaignLoop:
         verdict = self._verdict(st)
         self.journal.append("campaign_end", reason=reason, arms=len(st.arms),
                             incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict,
-                            error_rate=self.error_rate, undecided=self._undecided(st))
+                            error_rate=self.error_rate, undecided=self._undecided(st),
+                            judged=st.judged(self.camp.search.min_effect))
         log.info("[campaign END] %s after %d arms%s", reason, len(st.arms), f" — {verdict}" if verdict else "")
-        return Summary(reason, len(st.arms), st.incumbent.key(), (st.incumbent_score or Score(True, 0, None)).objective,
+        return Summary(reason, len(st.arms), st.incumbent.key(), st.incumbent_value,
                        len(st.moves), verdict)
 
     # -- sequential comparisons (tuner/compare.py) -------------------------------------------
@@ -252,7 +253,7 @@ class CampaignLoop:
         cmp = {}
         for r in st.comparisons:
             if r.get("change") and r["incumbent"] == st.incumbent.key():
-                cmp[f"{r['change'][0]}={_fmt(decode_value(r['change'][1]))}"] = r["comparison"]["verdict"]
+                cmp[f"{r['change'][0]}={values.text_of(r['change'][1])}"] = r["comparison"]["verdict"]
         return sorted(k for k, v in cmp.items() if v == "undecided")
 
     def _converged(self, st: State) -> str:
@@ -279,28 +280,31 @@ class CampaignLoop:
         return Proposal("joint", why="Optuna's sampler over the whole lever space")
 
     def _ask_joint(self):
-        dists = {name: CategoricalDistribution([json.dumps(encode_value(v), sort_keys=True) for v in lever.values])
+        """A whole shape from Optuna; its params are the levers' sealed choices (tuner.values)."""
+        dists = {name: CategoricalDistribution(values.choices(name, lever.values))
                  for name, lever in self.camp.levers.items()}
         trial = self.study.ask(dists)
         shape = self.camp.baseline
-        for name in self.camp.levers:
-            v = json.loads(trial.params[name])
-            shape = shape.with_change(name, decode_value(v))
-        return trial.number, shape
+        for name, lever in self.camp.levers.items():
+            shape = shape.with_change(name, values.from_choice(name, lever.values, trial.params[name]))
+        return trial.number, shape, dict(trial.params)
 
     def _run_one(self, st: State, p: Proposal) -> None:
         n = st.next_n
         shape = self.camp.baseline if p.kind == "start" else apply(st.incumbent, p.change)
+        params = None
         if p.kind == "joint":
-            trial, shape = self._ask_joint()
+            trial, shape, params = self._ask_joint()
         else:
             trial = self._ask(p)
         crashpoint("asked", n)
         self.journal.append("arm_start", arm=n, kind=p.kind, shape=shape.to_dict(), identity=shape.key(),
-                            change=[p.change[0], encode_value(p.change[1])] if p.change else None,
-                            incumbent=st.incumbent.key(), trial=trial, why=p.why)
+                            change=[p.change[0], values.encode(p.change[1])] if p.change else None,
+                            incumbent=st.incumbent.key(), trial=trial, why=p.why,
+                            judged=st.judged(self.camp.search.min_effect),   # what it is judged against
+                            **({"params": params} if params else {}))
         log.info("[arm %d START %s] %s — %s", n, p.kind,
-                 f"{p.change[0]} -> {_fmt(p.change[1])}" if p.change else "the incumbent", p.why)
+                 f"{p.change[0]} -> {values.text(p.change[1])}" if p.change else "the incumbent", p.why)
         crashpoint("started", n)
         numerics = self.camp.levers[p.change[0]].numerics if p.change else "preserving"
         if p.kind == "joint" and any(lv.numerics == "changing" and shape.value_of(name) != self.camp.baseline.value_of(name)
@@ -329,9 +333,9 @@ class CampaignLoop:
         self.journal.append("arm_end", **{k: v for k, v in rec.items() if k != "arm"}, arm=n)
         if cmp is not None:
             self.journal.append("compare", arm=n, incumbent=st.incumbent.key(), look=look,
-                                change=[p.change[0], encode_value(p.change[1])], comparison=cmp.to_dict())
+                                change=[p.change[0], values.encode(p.change[1])], comparison=cmp.to_dict())
             log.info("[arm %d COMPARE %s] %s -> %s: %s, runs %d vs %d, boots %d vs %d, error rate %.2g", n, cmp.verdict,
-                     p.change[0], _fmt(p.change[1]), cmp.interval_text(), *cmp.runs, *cmp.boots, cmp.alpha)
+                     p.change[0], values.text(p.change[1]), cmp.interval_text(), *cmp.runs, *cmp.boots, cmp.alpha)
         elif self._comparable() and (p.kind == "start" or p.kind == "recheck" and any(
                 a.kind == "start" and a.incumbent == st.incumbent.key() for a in st.finished())):
             st2 = self._replay()
@@ -365,30 +369,23 @@ class CampaignLoop:
         extra = {"comparison": arm.end["compare"]} if (arm.end or {}).get("compare") else {}
         self.journal.append("incumbent", arm=n, shape=arm.shape.to_dict(), identity=arm.key, score=arm.end["score"],
                             samples=samples,
-                            change=[arm.change[0], encode_value(arm.change[1])], previous=arm.incumbent,
-                            previous_value=encode_value(st.incumbent.value_of(arm.change[0])),
+                            change=[arm.change[0], values.encode(arm.change[1])], previous=arm.incumbent,
+                            previous_value=values.encode(st.incumbent.value_of(arm.change[0])),
                             confirmed_arms=[a.n for a in same], **extra)
-        log.info("[arm %d INCUMBENT] %s -> %s confirmed by arms %s", n, arm.change[0], _fmt(arm.change[1]),
+        log.info("[arm %d INCUMBENT] %s -> %s confirmed by arms %s", n, arm.change[0], values.text(arm.change[1]),
                  ", ".join(str(a.n) for a in same))
 
     def _incumbent_score(self, st: State) -> Score | None:
         sc = st.incumbent_score
         if sc is None:
             return None
-        obj = statistics.median(st.samples) if st.samples else sc.objective
-        return Score(sc.feasible, sc.violation, obj)
+        return Score(sc.feasible, sc.violation, st.incumbent_value)
 
     def _incumbent_depths(self, st: State) -> dict | None:
         if st.incumbent_arm is None:
             return None
         end = st.arms[st.incumbent_arm].end or {}
         return (end.get("measurement") or {}).get("depths")
-
-
-def _fmt(v) -> str:
-    from arms.shape import format_value
-
-    return format_value(v)
 
 
 def deadline_from(budget, host_now: float, wall_now: float | None = None) -> float | None:

@@ -21,9 +21,9 @@ from arms.measure import MeasurePlan, measure_engine
 from arms.profiles import EngineProfile, load_profile
 from arms.prompts import api_from_profile
 from arms.readiness import ReadinessProbe, probe_once
-from arms.shape import Shape, format_value
+from arms.shape import Shape
 
-from . import envfile, units
+from . import envfile, units, values
 from .guard import Production
 from .journal import Journal
 from .state import State, replay
@@ -65,18 +65,42 @@ class Choice:
     why: str
 
 
-def load_context(folder: str | os.PathLike) -> Context:
+def campaign_file(folder: Path, start: dict) -> Path:
+    """The campaign file a night was run from, never relative to the current directory: the
+    journaled path when absolute; a relative one (an older tuner journaled it as given) from
+    the directory whose ``journal:`` key leads to ``folder``."""
+    from .campaign import _resolve_path
+
+    here = Path(folder).resolve()
+    if not start.get("file"):
+        return here / "campaign.yaml"
+    f = Path(str(start["file"]))
+    if f.is_absolute():
+        return f
+    raw = start.get("campaign") or {}
+    jkey = os.path.expanduser(str(raw.get("journal", "journal")))
+    if not Path(jkey).is_absolute():           # an absolute journal: key says nothing of where the file was
+        for base in here.parents:
+            if Path(_resolve_path(base, jkey)) / str(raw.get("name", here.name)) == here:
+                return base / f.name
+    return here / f.name
+
+
+def load_context(folder: str | os.PathLike, writer: bool = True) -> Context:
+    """The campaign folder read for a promotion; ``writer=False`` (a dry run) only reads, the
+    writer opens the journal to append (under the folder's lock, tuner/promote.py)."""
     from .campaign import _measure
+    from .journal import read_journal
 
     folder = Path(folder)
     jpath = folder / "journal.jsonl"
     if not jpath.exists():
         raise ConfigError(f"{folder} holds no journal.jsonl: not a campaign folder, or the campaign never ran")
-    journal = Journal(jpath)
+    journal = Journal(jpath) if writer else read_journal(jpath)
     start = next((r for r in journal.records if r["op"] == "campaign_start"), None)
     if start is None:
         raise ConfigError(f"{jpath} has no campaign_start record")
-    raw, file = dict(start.get("campaign") or {}), Path(start.get("file") or folder / "campaign.yaml")
+    raw, file = dict(start.get("campaign") or {}), campaign_file(folder, start)
     prod_raw, where, secrets = raw.get("production"), f"{file} (as journaled)", {}
     if file.exists():            # the operator may have completed the section after the night
         with contextlib.suppress(OSError, yaml.YAMLError, AttributeError, TypeError):
@@ -131,7 +155,7 @@ def choose(st: State, arm: int | None, force: bool) -> Choice:
     if verdict.startswith(NOT_PROMOTABLE) or not (a.end.get("measurement") or {}).get("depths"):
         raise ConfigError(f"arm {arm} came to {verdict}: it never served a trusted measurement and cannot be "
                           "promoted, not even with --force")
-    change = f" ({a.change[0]} → {format_value(a.change[1])})" if a.change else ""
+    change = f" ({values.change_text(a.change)})" if a.change else ""
     if arm in confirmed or (a.shape in winners and a.kind in ("recheck", "confirm")):
         return Choice(arm, a.shape, a.end, f"arm {arm}{change}: better, confirmed by a second boot")
     if verdict == "better":

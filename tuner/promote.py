@@ -19,7 +19,6 @@ Unit control, HTTP and the clock all go through the Host protocol; the files are
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
@@ -34,6 +33,7 @@ from arms.errors import ConfigError, HostError
 from host.systemd import SystemdHost, WriteOnlyHost
 
 from .guard import Production
+from .lock import CampaignLock
 from .production import (
     Context,
     Smoke,
@@ -93,16 +93,6 @@ def _read(path: Path) -> str | None:
         return None
 
 
-@contextlib.contextmanager
-def _locked(folder: Path):
-    with open(folder / "promote.lock", "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"another `tuner promote`/`rollback` holds {folder / 'promote.lock'}") from None
-        yield
-
-
 def _promotions(ctx: Context) -> dict[int, list[dict]]:
     out: dict[int, list[dict]] = {}
     for r in ctx.journal.records:
@@ -132,7 +122,18 @@ def _preflight(ctx: Context, target: Target, force: bool) -> None:
 def promote(folder, arm: int | None = None, *, dry_run: bool = False, force: bool = False, host=None,
             margin_s: float | None = None, poll_s: float = 2.0, smoke: Smoke | None = None,
             out: Callable[[str], None] = print, write_only: bool = False) -> Result:
-    ctx = load_context(folder)
+    """Promote (see the module). A dry run only reads; otherwise the campaign folder's writer lock
+    (``tuner.lock``) is held from the first read to the last journal line, so a `tuner run` of
+    the same campaign refuses meanwhile, and a promote refuses while one runs."""
+    if dry_run:
+        return _promote_locked(load_context(folder, writer=False), arm, True, force, host, margin_s, poll_s,
+                               smoke, out, write_only)
+    with CampaignLock(Path(folder), command="tuner promote"):
+        return _promote_locked(load_context(folder), arm, False, force, host, margin_s, poll_s, smoke, out,
+                               write_only)
+
+
+def _promote_locked(ctx, arm, dry_run, force, host, margin_s, poll_s, smoke, out, write_only) -> Result:
     if not dry_run:
         _still_running(ctx)            # before choosing: a night with no winner *yet* is not "no winner"
     choice = choose(ctx.state, arm, force)
@@ -152,9 +153,8 @@ def promote(folder, arm: int | None = None, *, dry_run: bool = False, force: boo
     out(diff or "(no textual difference)")
     if dry_run:
         return Result("dry-run", choice.n, str(target.path), diff)
-    with _locked(ctx.folder):
-        return _promote(ctx, host, target, choice, existing, new, changes, diff, margin_s, poll_s,
-                        smoke or measured_smoke(host, ctx.plan, ctx.profile), out)
+    return _promote(ctx, host, target, choice, existing, new, changes, diff, margin_s, poll_s,
+                    smoke or measured_smoke(host, ctx.plan, ctx.profile), out)
 
 
 def _host(ctx: Context, path: Path, write_only: bool, dry_run: bool = False):
@@ -305,8 +305,13 @@ def _port_of(ctx: Context, form: str, text: str) -> int:
 
 def rollback(folder, *, force: bool = False, host=None, poll_s: float = 2.0,
              out: Callable[[str], None] = print, write_only: bool = False) -> Result:
-    """Undo the latest promotion still in effect: restore its backup, reload, restart, wait."""
-    ctx = load_context(folder)
+    """Undo the latest promotion still in effect: restore its backup, reload, restart, wait
+    (under the campaign folder's writer lock, as ``promote``)."""
+    with CampaignLock(Path(folder), command="tuner rollback"):
+        return _rollback(load_context(folder), force, host, poll_s, out, write_only)
+
+
+def _rollback(ctx, force, host, poll_s, out, write_only) -> Result:
     live = [recs for recs in _promotions(ctx).values() if recs[-1]["action"] in ("started", "promoted")]
     if not live:
         raise ConfigError(f"nothing to roll back: no promotion of campaign {ctx.name} is in effect")
@@ -323,8 +328,7 @@ def rollback(folder, *, force: bool = False, host=None, poll_s: float = 2.0,
     diff = show_diff(current, previous or "", target, f"before promotion #{started['id']}")
     out(f"rollback of promotion #{started['id']} (arm {started['arm']}): {target}\n{diff}")
     _preflight(ctx, target_of(ctx), force=True)
-    with _locked(ctx.folder):
-        rec = _restore(ctx, host, started, "on demand (tuner rollback)", poll_s)
+    rec = _restore(ctx, host, started, "on demand (tuner rollback)", poll_s)
     if getattr(host, "write_only", False):
         out(f"rolled back promotion #{started['id']}: {rec['detail']}")
     else:

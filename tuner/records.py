@@ -44,6 +44,8 @@ class ArmStart(Record):
     change: list | None = None               # [lever, encoded value]
     trial: int | None = None
     identity: str | None = None              # the real shape's key
+    judged: dict | None = None               # the incumbent value and band it is judged against (State.judged)
+    params: dict | None = None               # a joint arm's study params (sealed choices, tuner.values)
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ class Guard(Record):
 @dataclass(frozen=True)
 class CampaignEnd(Record):
     reason: str | None = None
+    judged: dict | None = None               # the final incumbent value and band (State.judged)
+    error_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -108,14 +112,15 @@ TYPES: dict[str, tuple[type, dict[str, tuple[Any, Any]]]] = {
     "campaign_start": (CampaignStart, {"baseline": (dict, None), "campaign_hash": (str, None),
                                        "baseline_identity": (str, None)}),
     "arm_start": (ArmStart, {"arm": (int, REQ), "kind": (str, REQ), "shape": (dict, REQ), "incumbent": (str, REQ),
-                             "change": (list, None), "trial": (int, None), "identity": (str, None)}),
+                             "change": (list, None), "trial": (int, None), "identity": (str, None),
+                             "judged": (dict, None), "params": (dict, None)}),
     "arm_end": (ArmEnd, {"arm": (int, REQ), "verdict": (str, None), "score": (dict, None)}),
     "told": (Told, {"arm": (int, REQ), "trial": (int, None)}),
     "incumbent": (IncumbentMove, {"arm": (int, REQ), "shape": (dict, REQ), "score": (dict, REQ),
                                   "samples": (list, []), "identity": (str, None)}),
     "compare": (Compare, {"arm": (int, REQ), "comparison": (dict, REQ), "change": (list, None)}),
     "guard": (Guard, {}),
-    "campaign_end": (CampaignEnd, {"reason": (str, None)}),
+    "campaign_end": (CampaignEnd, {"reason": (str, None), "judged": (dict, None), "error_rate": (float, None)}),
     "note": (Note, {}),
     "promotion": (Promotion, {}),
 }
@@ -173,3 +178,14 @@ def encode(op: str, seq: int, t: float | None, fields: dict) -> dict:
     d = {"op": op, "seq": seq, "t": t, **fields}
     decode(d)
     return d
+
+
+def latest_judged(records: list[dict]) -> dict | None:
+    """The latest journaled judgement (``State.judged``: the incumbent value, the noise band and
+    the decision band the loop judges with), from the last ``arm_start`` or ``campaign_end`` that
+    carries one; None for a journal written before it was journaled. Status and the report print
+    this, never a value of their own."""
+    for r in reversed(records):
+        if r.get("op") in ("arm_start", "campaign_end") and isinstance(r.get("judged"), dict):
+            return r["judged"]
+    return None

@@ -12,19 +12,18 @@ because tables summarise beyond a few rows per group and the plots cap what they
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from arms.errors import ConfigError
-from arms.shape import ABSENT, Change, Shape, format_value
+from arms.shape import ABSENT, Change, Shape
 
-from .journal import decode_value
+from . import values
 from .export import arm_pairs, arms_frame, campaign_folder, load_records
 from .state import replay
-from .verdict import Constraints, NoiseBand
+from .verdict import Constraints
 from .report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS,  # noqa: F401
                            Section, _num, _pct, _span, _when, _words, missing)
 
@@ -77,11 +76,10 @@ class _Builder:
         camp = self.start.get("campaign") or {}
         self.name = camp.get("name") or folder.name
         self.objective = str(camp.get("objective") or "decode_geomean")
-        self.min_effect = float((camp.get("noise") or {}).get("min_effect", 0.02))
         self.constraints = Constraints.from_mapping(camp.get("constraints"), "campaign")
         self.baseline = Shape.from_dict(self.start["baseline"])
         pairs = arm_pairs(records)
-        self.arms = {s["arm"]: ArmView(s["arm"], s.get("kind"), (s["change"][0], decode_value(s["change"][1])) if s.get("change")
+        self.arms = {s["arm"]: ArmView(s["arm"], s.get("kind"), (s["change"][0], values.decode(s["change"][1])) if s.get("change")
                                        else None, s.get("incumbent"), s, e) for s, e in pairs}
         if not any(a.end is not None for a in self.arms.values()):
             raise ConfigError(f"{folder}: no finished arms yet, nothing to report "
@@ -114,7 +112,7 @@ class _Builder:
         for a in self.arms.values():
             if a.change is None:
                 continue
-            key = (a.incumbent, a.change[0], format_value(a.change[1]))
+            key = (a.incumbent, a.change[0], values.text(a.change[1]))
             if a.kind == "probe":
                 last_probe[key] = a.n
             elif a.kind == "confirm" and key in last_probe:
@@ -200,27 +198,20 @@ class _Builder:
 
     # -- the incumbent over the night ----------------------------------------------------------
     def series(self) -> list[dict]:
-        """Per finished arm in journal order: t, the incumbent's objective (median of its
-        re-measures) and the decision band — the same rules replay applies."""
-        out, samples, cur = [], [], self.baseline
+        """Per finished arm in journal order: t, the incumbent value and the decision band the
+        loop judged it against, as journaled in its ``arm_start`` (``State.judged``), then the
+        final ones of ``campaign_end``. A journal from before they were journaled has none."""
+        out = []
         for r in self.records:
-            if r["op"] == "incumbent":
-                cur = Shape.from_dict(r["shape"])
-                samples = [x for x in r.get("samples", []) if x is not None]
-                if samples:
-                    out.append({"t": r["t"], "arm": r["arm"], "incumbent": statistics.median(samples),
-                                "band": max(NoiseBand(tuple(samples)).relative, self.min_effect)})
-            elif r["op"] == "arm_end":
+            if r["op"] == "arm_end":
                 a = self.arms.get(r["arm"])
-                if a is None or a.end is not r:
-                    continue
-                obj = (r.get("score") or {}).get("objective")
-                if a.kind in ("baseline", "recheck") and obj is not None and self.shape_of(a.n) == cur:
-                    samples.append(obj)
-                if samples:
-                    med = statistics.median(samples)
-                    out.append({"t": r["t"], "arm": a.n, "incumbent": med,
-                                "band": max(NoiseBand(tuple(samples)).relative, self.min_effect)})
+                j = a.start.get("judged") if a is not None and a.end is r else None
+            elif r["op"] == "campaign_end":
+                j = r.get("judged")
+            else:
+                continue
+            if isinstance(j, dict) and j.get("incumbent_value") is not None:
+                out.append({"t": r["t"], "arm": r.get("arm"), "incumbent": j["incumbent_value"], "band": j["band"]})
         return out
 
 

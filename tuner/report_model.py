@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from arms.shape import ABSENT, Change, format_value
+from arms.shape import ABSENT, Change
+
+from .values import text
 
 ROWS_PER_GROUP = 25          # arm-table rows per group before the rest is summarised
 MEMORY_ROWS = 40
@@ -55,10 +57,10 @@ def _words(ch: Change) -> str:
     name = ch.name
     flag = f"`{name[4:]}` (env)" if name.startswith("env.") else f"`--{name}`"
     if ch.after is ABSENT:
-        return f"drop {flag} (production has {format_value(ch.before)})"
+        return f"drop {flag} (production has {text(ch.before)})"
     if ch.before is ABSENT:
-        return f"add {flag} {format_value(ch.after)}"
-    return f"set {flag} {format_value(ch.before)} → {format_value(ch.after)}"
+        return f"add {flag} {text(ch.after)}"
+    return f"set {flag} {text(ch.before)} → {text(ch.after)}"
 
 
 

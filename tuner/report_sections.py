@@ -5,13 +5,15 @@ one line of counts, so a 10,000-arm night gives a report of the same size as a 5
 """
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from types import SimpleNamespace
 
 import pandas as pd
 
-from .export import change_value_text
+from . import values
+from .records import latest_judged
+from .status import baseline_objective
+from .status import gain as status_gain
 from .report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS, Section, _num, _pct,
                      _span, _when, _words, missing)
 
@@ -32,18 +34,20 @@ def headline(b, df: pd.DataFrame, series: list[dict]) -> Section:
                f"— **{_span(t1 - t0)}** of wall time. Objective `{b.objective}`. "
                + (f"Ended: {ended}." if ended else "The campaign has not ended (still running, or stopped by a crash)."))
     s.add("p", "Verdicts: " + ", ".join(f"{k} {n:,}" for k, n in counts.most_common()) + ".")
-    start_obj = series[0]["incumbent"] if series else None
+    by_arm = df.sort_values("arm")[["kind", "objective"]]
+    start_obj = baseline_objective(by_arm.astype(object).where(by_arm.notna(), None).to_dict("records"))
     base_arm = b.inc_arm.get(b.baseline.key())
     s.add("p", f"**Incumbent at start:** the production shape (`{b.baseline.key()}`, arm #{base_arm}) — "
                f"{_num(start_obj)} {_unit(b)}.")
-    end_obj = statistics.median(st.samples) if st.samples else (st.incumbent_score.objective if st.incumbent_score else None)
-    band = _band_text(st.samples, b.min_effect)
+    judged = latest_judged(b.records)            # the loop's own numbers, never recomputed here
+    end_obj = judged["incumbent_value"] if judged else st.incumbent_value
+    band = _band_text(judged, _error_rate(b))
     if b.moves:
         m = b.moves[-1]
         ch = m.get("change") or ["?", None]
         arms = " and ".join(f"#{n}" for n in m.get("confirmed_arms") or [m["arm"]])
-        change = f"{ch[0]} → {change_value_text(ch[1])} (arms {arms})"
-        gain = (end_obj / start_obj - 1) if end_obj and start_obj else None
+        change = f"{ch[0]} → {values.text_of(ch[1])} (arms {arms})"
+        gain = status_gain(end_obj, start_obj)
         s.add("p", f"**Incumbent at end:** `{st.incumbent.key()}` after {len(b.moves)} move(s), the last {change} — "
                    f"{_num(end_obj)} {_unit(b)}: **{_pct(gain)}** against the start ({band}).")
     else:
@@ -70,12 +74,20 @@ def _unit(b) -> str:
     return "tok/s" if b.objective.startswith("decode") else ""
 
 
-def _band_text(samples, min_effect) -> str:
-    from .verdict import NoiseBand
+def _error_rate(b) -> float | None:
+    """The night's family error rate as journaled (campaign_end; else the campaign it started with)."""
+    end = b.st.ended or {}
+    if end.get("error_rate") is not None:
+        return end["error_rate"]
+    return ((b.start.get("campaign") or {}).get("noise") or {}).get("error_rate", 0.05)
 
-    rel = NoiseBand(tuple(samples)).relative
-    return (f"noise band ±{rel:.1%} from {len(samples)} measures of the incumbent; a change had to beat "
-            f"±{max(rel, min_effect):.1%}")
+
+def _band_text(judged: dict | None, error_rate: float | None) -> str:
+    if not judged:
+        return "noise band not journaled (a journal from an older tuner)"
+    rate = f", promotions at a family error rate of {error_rate:g}" if error_rate is not None else ""
+    return (f"noise band ±{judged['noise_band']:.1%} from {judged['measures']} measures of the incumbent; "
+            f"a change had to beat ±{judged['band']:.1%}{rate}")
 
 
 def arm_table(b, df: pd.DataFrame) -> Section:
@@ -305,7 +317,7 @@ def decisions(b, df: pd.DataFrame) -> Section:
     cols = ["runs, challenger", "runs, incumbent", "difference [interval]", "error rate"]
     moves = [r for r in b.records if r["op"] == "incumbent" and r.get("comparison")]
     if moves:
-        rows = [[f"arm {r['arm']}", f"{r['change'][0]} → {change_value_text(r['change'][1])}", *_cmp_row(r["comparison"])]
+        rows = [[f"arm {r['arm']}", f"{r['change'][0]} → {values.text_of(r['change'][1])}", *_cmp_row(r["comparison"])]
                 for r in moves]
         s.add("table", pd.DataFrame(rows, columns=["move", "change", *cols]))
     h2h = [r for r in b.records if r["op"] == "compare" and r.get("kind") == "head-to-head"]
@@ -318,7 +330,7 @@ def decisions(b, df: pd.DataFrame) -> Section:
     inc = b.st.incumbent.key()
     for r in b.records:
         if r["op"] == "compare" and r.get("change") and r["incumbent"] == inc:
-            last[(r["change"][0], change_value_text(r["change"][1]))] = r["comparison"]
+            last[(r["change"][0], values.text_of(r["change"][1]))] = r["comparison"]
     und = [(k, c) for k, c in last.items() if c["verdict"] == "undecided"]
     if und:
         s.add("p", "Undecided (never promoted; their measurements did not settle):")

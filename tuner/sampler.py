@@ -16,24 +16,14 @@ are FAIL.
 """
 from __future__ import annotations
 
-import json
 
 import optuna
 from optuna.samplers import BaseSampler
 from optuna.trial import TrialState
 
-from arms.secrets import REDACTED, is_secret, looks_like_token, seal
 
-from .journal import encode_value
+from . import values
 from .search import Proposal
-
-
-def trial_attr(change) -> str:
-    """A change's value as the study's trial attribute: its JSON, sealed (``arms.secrets``)."""
-    lever, value = change
-    if is_secret(str(lever)) or looks_like_token(value):
-        return json.dumps(REDACTED)
-    return seal(json.dumps(encode_value(value), sort_keys=True))
 
 
 class OneChangeSampler(BaseSampler):
@@ -46,7 +36,7 @@ class OneChangeSampler(BaseSampler):
 
     @staticmethod
     def attrs(p: Proposal) -> dict:
-        return {"kind": p.kind, "value": trial_attr(p.change) if p.change else p.kind, "why": p.why}
+        return {"kind": p.kind, "value": values.param(*p.change) if p.change else p.kind, "why": p.why}
 
     def infer_relative_search_space(self, study, trial):
         return {}

@@ -28,9 +28,10 @@ import re
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from arms.shape import Lever, Shape, format_value
+from arms.shape import Lever, Shape
 
-from .journal import decode_value, encode_value  # noqa: F401 - encode_value is this module's API too
+from . import values
+from .values import decode as decode_value, encode as encode_value  # noqa: F401 - the codec's names, for importers
 from .state import MEMORY, STRUCTURAL, State
 
 _N = NormalDist()
@@ -52,10 +53,6 @@ class Proposal:
     why: str = ""
 
 
-def _value_text(v) -> str:
-    return format_value(v)
-
-
 def expected_gain(mu: float, sigma: float) -> float:
     if sigma <= 0:
         return max(mu, 0.0)
@@ -69,7 +66,7 @@ def latest_comparisons(state: State) -> dict[tuple[str, str, str], dict]:
     for r in state.comparisons:
         ch = r.get("change")
         if ch:
-            out[(r["incumbent"], ch[0], _value_text(decode_value(ch[1])))] = {**r["comparison"], "arm": r.get("arm")}
+            out[(r["incumbent"], ch[0], values.text_of(ch[1]))] = {**r["comparison"], "arm": r.get("arm")}
     return out
 
 
@@ -113,15 +110,15 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
     here = state.tried_here()
     hist = state.history()
     cmp = latest_comparisons(state)
-    undo = {(m["change"][0], _value_text(decode_value(m["previous_value"]))) for m in state.moves
+    undo = {(m["change"][0], values.text_of(m["previous_value"])) for m in state.moves
             if m.get("change") and "previous_value" in m}
     out = []
     order = 0
     for name, lever in levers.items():
-        current = _value_text(inc.value_of(name))
+        current = values.text(inc.value_of(name))
         for value in lever.values:
             order += 1
-            vt = _value_text(value)
+            vt = values.text(value)
             if vt == current or (name, vt) in undo:
                 continue
             past = hist.get((name, vt), [])
@@ -177,7 +174,7 @@ def reexamine(state: State, levers: dict[str, Lever], cap: int) -> tuple[str, ob
     for (k, name, vt), c in latest_comparisons(state).items():
         if k != inc_key or name not in levers or c["boots"][0] >= cap or c["hi"] <= 0:
             continue
-        value = next((v for v in levers[name].values if _value_text(v) == vt), None)
+        value = next((v for v in levers[name].values if values.text(v) == vt), None)
         if value is None or (best and best[0] >= c["hi"]):
             continue
         best = (c["hi"], name, value, f"re-examine: {c['verdict']} {c['effect']:+.1%}, upper bound {c['hi']:+.1%} "

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 from dataclasses import dataclass, field
 
 from arms.errors import ConfigError
 from arms.secrets import REDACTED
 from arms.shape import Shape
 
-from .journal import decode_value, encode_value
+from . import values
 from .records import ArmEnd, ArmStart, CampaignEnd, CampaignStart, Compare, Guard, IncumbentMove, Record, Told, decode
 from .verdict import NoiseBand, Score
 
@@ -82,20 +83,35 @@ class State:
     def finished(self) -> list[Arm]:
         return [a for a in self.arms.values() if a.end is not None]
 
+    @property
+    def incumbent_value(self) -> float | None:
+        """The incumbent's objective as the loop judges with it: the median of its re-measures
+        (the score of the arm that made it incumbent when it has none)."""
+        if self.samples:
+            return statistics.median(self.samples)
+        return self.incumbent_score.objective if self.incumbent_score else None
+
+    def judged(self, min_effect: float) -> dict:
+        """What the next arm is judged against, as the loop journals it (``arm_end`` and
+        ``campaign_end`` records carry it as ``judged``; status and the report print it)."""
+        noise = self.band.relative
+        return {"incumbent_arm": self.incumbent_arm, "incumbent_value": self.incumbent_value,
+                "noise_band": noise, "band": max(noise, min_effect), "measures": len(self.samples)}
+
     def tried_here(self) -> dict[tuple[str, str], list[Arm]]:
         """(lever, value text) -> the probes of that change judged at the current incumbent."""
         key = self.incumbent_key
         out: dict[tuple[str, str], list[Arm]] = {}
         for a in sorted(self.finished(), key=lambda a: a.n):
             if a.change and a.incumbent == key and a.kind == "probe" and a.verdict != "interrupted":
-                out.setdefault((a.change[0], _vt(a.change[1])), []).append(a)
+                out.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
         return out
 
     def history(self) -> dict[tuple[str, str], list[Arm]]:
         out: dict[tuple[str, str], list[Arm]] = {}
         for a in self.finished():
             if a.change and a.kind == "probe" and a.verdict != "interrupted":
-                out.setdefault((a.change[0], _vt(a.change[1])), []).append(a)
+                out.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
         return out
 
     def measurements_of(self, shape: Shape) -> list[dict]:
@@ -113,12 +129,6 @@ class State:
         return n
 
 
-def _vt(value) -> str:
-    from arms.shape import format_value
-
-    return format_value(value)
-
-
 def _resolve(sealed: Shape, key: str | None, base: Shape | None, change, levers) -> tuple[Shape, tuple | None]:
     """The real shape (and change) behind a journaled, sealed one: the incumbent it was proposed
     from with its change applied, the change's value taken from the campaign's levers when it
@@ -134,6 +144,17 @@ def _resolve(sealed: Shape, key: str | None, base: Shape | None, change, levers)
         if cand.key() == key:
             return cand, (lever, v)
     return sealed, change
+
+
+def _joint(baseline: Shape, params: dict, levers: dict, key: str) -> Shape | None:
+    """A joint arm's real shape from its study params (sealed choices, ``tuner.values``)."""
+    shape = baseline
+    try:
+        for name, lever in levers.items():
+            shape = shape.with_change(name, values.from_choice(name, lever.values, params[name]))
+    except (KeyError, ValueError):
+        return None
+    return shape if shape.key() == key else None
 
 
 def replay(records: list[dict], baseline: Shape, levers: dict | None = None) -> State:
@@ -192,7 +213,7 @@ def _real_change(st: State, raw: dict) -> dict:
     a = st.arms.get(raw.get("arm"))
     if a is None or a.change is None or not raw.get("change"):
         return raw
-    return {**raw, "change": [a.change[0], encode_value(a.change[1])]}
+    return {**raw, "change": [a.change[0], values.encode(a.change[1])]}
 
 
 def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None = None) -> None:
@@ -207,9 +228,11 @@ def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None =
                 st.incumbent_key = bk          # a reader holds the sealed baseline
                 st.shapes[bk] = st.baseline
     elif isinstance(rec, ArmStart):
-        change = (rec.change[0], decode_value(rec.change[1])) if rec.change else None
+        change = (rec.change[0], values.decode(rec.change[1])) if rec.change else None
         sealed = _shape(rec.shape, shapes)
         shape, change = _resolve(sealed, rec.identity, st.shapes.get(rec.incumbent), change, levers)
+        if rec.params and levers and rec.identity and shape.key() != rec.identity:
+            shape = _joint(st.baseline, rec.params, levers, rec.identity) or shape
         arm = Arm(n=rec.arm, kind=rec.kind, shape=shape, change=change, incumbent=rec.incumbent, trial=rec.trial,
                   start=rec.raw)
         st.arms[rec.arm] = arm

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from arms.errors import ConfigError
 
+from tuner import values
+
 PHASE_FILE = "phase.json"        # written by the running daemon (tuner/liveview.py)
 
 
@@ -48,12 +50,6 @@ def label(arm, arms=()) -> str:
     return v
 
 
-def change_words(change) -> str:
-    from arms.shape import format_value
-
-    return "—" if not change else f"{change[0]} → {format_value(change[1])}"
-
-
 def incumbent_changes(st) -> list[str]:
     """The incumbent as changes from the baseline (not a hash)."""
     if st.incumbent is None:
@@ -86,6 +82,7 @@ def _deadline(records: list[dict], start: dict) -> float | None:
 def status_data(folder: Path) -> dict:
     from arms.shape import Shape
     from tuner.export import read_records
+    from tuner.records import latest_judged
     from tuner.state import replay
 
     jpath = folder / "journal.jsonl"
@@ -109,12 +106,13 @@ def status_data(folder: Path) -> dict:
     arms = []
     for a in sorted(st.arms.values(), key=lambda a: a.n):
         e = a.end or {}
-        arms.append({"arm": a.n, "kind": a.kind, "change": None if not a.change else change_words(a.change),
+        arms.append({"arm": a.n, "kind": a.kind, "change": None if not a.change else values.change_text(a.change),
                      "verdict": e.get("verdict"), "label": label(a, st.arms.values()),
                      "objective": (e.get("score") or {}).get("objective"), "delta": e.get("delta"),
                      "boot_s": (e.get("boot") or {}).get("boot_s"), "reason": e.get("reason")})
-    base_obj = next((x["objective"] for x in arms if x["kind"] == "baseline" and x["objective"] is not None), None)
-    inc_obj = st.incumbent_score.objective if st.incumbent_score else None
+    base_obj = baseline_objective(arms)
+    judged = latest_judged(records)
+    inc_obj = judged["incumbent_value"] if judged else st.incumbent_value     # as the loop journaled it
     ended = st.ended or {}
     if ended:
         state = "ended"
@@ -135,7 +133,8 @@ def status_data(folder: Path) -> dict:
         "phase": (phase or {}).get("phase") or ("ended" if ended else None),
         "objective": camp.get("objective", "decode_geomean"),
         "baseline_objective": base_obj, "incumbent_objective": inc_obj,
-        "gain": (inc_obj / base_obj - 1) if inc_obj and base_obj else None,
+        "gain": gain(inc_obj, base_obj), "judged": judged,
+        "error_rate": ended.get("error_rate", (camp.get("noise") or {}).get("error_rate", 0.05)),
         "incumbent": st.incumbent.key() if st.incumbent else None, "incumbent_arm": st.incumbent_arm,
         "incumbent_changes": incumbent_changes(st),
         "started": start.get("t"), "deadline": deadline,
@@ -143,6 +142,16 @@ def status_data(folder: Path) -> dict:
         "ended": ended.get("reason"), "verdict": ended.get("verdict"),
         "counts": _counts(arms),
     }
+
+
+def baseline_objective(arms: list[dict]) -> float | None:
+    """The production shape's objective: its first measured baseline arm's (rows with kind and
+    objective, as ``status_data``'s arm list or ``tuner.export``'s frame)."""
+    return next((x["objective"] for x in arms if x["kind"] == "baseline" and x["objective"] is not None), None)
+
+
+def gain(inc_obj: float | None, base_obj: float | None) -> float | None:
+    return (inc_obj / base_obj - 1) if inc_obj and base_obj else None
 
 
 def _counts(arms: list[dict]) -> dict:

@@ -18,8 +18,9 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from .journal import encode_value, repair_tail
-from .sampler import told_as, trial_attr  # noqa: F401 - trial_attr: re-exported for the loop
+from . import values
+from .journal import repair_tail
+from .sampler import told_as
 from .state import State
 
 log = logging.getLogger("tuner.study")
@@ -105,14 +106,14 @@ def _expected(arm, choices: list[str], levers: dict, moved: dict | None = None, 
     ok = arm.end is not None and verdict not in FAILED and not verdict.startswith("boot-failed") and obj is not None
     inter = {}
     if arm.kind == "joint":
-        params = {name: json.dumps(encode_value(arm.shape.value_of(name)), sort_keys=True) for name in levers}
-        dists = {name: CategoricalDistribution([json.dumps(encode_value(v), sort_keys=True) for v in lv.values])
-                 for name, lv in levers.items()}
+        params = (arm.start or {}).get("params") or {
+            name: values.choice_of(name, lv.values, arm.shape.value_of(name)) for name, lv in levers.items()}
+        dists = {name: CategoricalDistribution(values.choices(name, lv.values)) for name, lv in levers.items()}
         attrs = {}
     else:
         params = {"lever": arm.change[0] if arm.change else "(incumbent)"}
         dists = {"lever": CategoricalDistribution(choices)}
-        attrs = {"value": trial_attr(arm.change) if arm.change else arm.kind, "kind": arm.kind}
+        attrs = {"value": values.param(*arm.change) if arm.change else arm.kind, "kind": arm.kind}
         if (arm.start or {}).get("why"):
             attrs["why"] = arm.start["why"]
         if arm.end is not None:                 # the one-change study: told as the sampler tells
