@@ -9,12 +9,23 @@ spellings of a boolean pair (``-nkvo``), the value style and the ``LLAMA_ARG_*``
     flash-attn:      {spell: [-fa, --flash-attn], words: [on, off], env: LLAMA_ARG_FLASH_ATTN}
     cpu-moe:         {spell: [-cmoe, --cpu-moe], bare: true}
     kv-offload:      {spell: [-kvo, --kv-offload], negative: [-nkvo, --no-kv-offload]}
+    fit:             {spell: [-fit], words: [on, off], same: {enabled: true, '1': true, '0': false}}
 
 Value styles, by lever value:
   True / False   ``bare``: ``-cmoe`` / left out; ``words``: ``-fa on`` / ``-fa off``;
                  ``negative``: ``-kvo`` / ``-nkvo``
   list           ``repeat``: one flag per item (``-ot a=CPU -ot b=CPU``); else comma-joined
   other          ``-flag value`` (a string such as ``auto`` passes through words flags too)
+
+``same`` lists the other value texts the engine reads as one of these values (llama.cpp's
+``-fa 1`` / ``-fa enabled`` are ``-fa on``; ``-fa -1`` is ``-fa auto``).
+
+Canonical values (``canonical_value``): a campaign's value is stored as ``parse(render(value))``
+after its ``same`` text and, for a switch (bare or negative pair), a YAML boolean word
+(``"on"``, ``"true"``, ``"no"``) became the boolean it means; a switch's false is ABSENT (both
+leave the flag out). So two values are one shape exactly when they are one argv:
+``flash-attn: "on"``, ``on`` (YAML 1.1 true) and ``1`` are all ``-fa on``; ``threads: "2"`` is
+``threads: 2``. ``canonical_lever`` refuses a lever two of whose values render one argv.
 
 ``render`` and ``parse`` are inverses (tests/test_argv.py holds the table): parse accepts any
 spelling, ``--flag=value``, ``_`` for ``-`` in long names (llama.cpp does the same) and gives
@@ -31,13 +42,16 @@ from functools import lru_cache
 from typing import Any
 
 from arms.errors import ConfigError
-from arms.shape import Lever, Shape, format_value
+from arms.shape import ABSENT, Lever, Shape, format_value
 
 __all__ = ["FlagSpec", "FlagTable", "flag_table"]
 
 _INT = re.compile(r"-?(0|[1-9][0-9]*)\Z")
 _FLOAT = re.compile(r"-?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+)\Z")
-_SPEC_KEYS = {"spell", "negative", "words", "bare", "repeat", "env"}
+_SPEC_KEYS = {"spell", "negative", "words", "bare", "repeat", "env", "same"}
+# the YAML 1.1 boolean words: a switch takes no value, so one of these can only mean the boolean
+_YES = frozenset("y Y yes Yes YES true True TRUE on On ON".split())
+_NO = frozenset("n N no No NO false False FALSE off Off OFF".split())
 
 
 def typed(text: str) -> Any:
@@ -71,6 +85,12 @@ class FlagSpec:
     bare: bool = False                  # a switch: present or left out
     repeat: bool = False                # a list renders as one flag per item
     env: str | None = None              # LLAMA_ARG_* equivalent
+    same: tuple[tuple[str, Any], ...] = ()   # other texts of a value: ("1", True), ("-1", "auto")
+
+    @property
+    def switch(self) -> bool:
+        """A flag that takes no value: bare, or a pair with a negative spelling."""
+        return not self.takes_value
 
     @property
     def takes_value(self) -> bool:
@@ -127,9 +147,14 @@ class FlagTable:
             words = raw.get("words")
             if words is not None and (not isinstance(words, list) or len(words) != 2):
                 raise ConfigError(f"{where}: key 'flags.{lever}.words' must be [true-word, false-word]")
+            same = raw.get("same") or {}
+            if not isinstance(same, Mapping) or not all(isinstance(v, (bool, int, str)) for v in same.values()):
+                raise ConfigError(f"{where}: key 'flags.{lever}.same' must map value texts to the value "
+                                  f"they mean ({{'1': true, '-1': auto}}), got {same!r}")
             specs.append(FlagSpec(str(lever), spell, tuple(str(s) for s in raw.get("negative") or ()),
                                   tuple(str(w) for w in words) if words else None,  # type: ignore[arg-type]
-                                  bool(raw.get("bare")), bool(raw.get("repeat")), raw.get("env")))
+                                  bool(raw.get("bare")), bool(raw.get("repeat")), raw.get("env"),
+                                  tuple((str(k), v) for k, v in same.items())))
         return cls(specs)
 
     # -- lookups ---------------------------------------------------------------------------
@@ -230,10 +255,11 @@ class FlagTable:
                 args[name] = value
         return model, list(args.items()), port
 
-    # -- shapes and levers -----------------------------------------------------------------
+    # -- shapes and levers: one value per argv ---------------------------------------------
     def canonical_shape(self, shape: Shape, where: str = "baseline") -> Shape:
-        """The shape with every arg under its canonical lever name; one flag given twice under
-        two spellings (``ngl`` and ``n-gpu-layers``) is a ConfigError."""
+        """The shape with every arg under its canonical lever name and value; one flag given
+        twice under two spellings (``ngl`` and ``n-gpu-layers``) is a ConfigError. A switch
+        set to false (``mlock: false``) is left out, as its argv is."""
         seen: dict[str, str] = {}
         args = []
         for name, value in shape.args:
@@ -242,7 +268,9 @@ class FlagTable:
                 raise ConfigError(f"{where}: args {seen[lever]!r} and {name!r} are the same flag "
                                   f"({lever}); keep one")
             seen[lever] = name
-            args.append((lever, self.canonical_value(name, value)))
+            value = self.canonical_value(name, value)
+            if value is not ABSENT:
+                args.append((lever, value))
         if args == list(shape.args):
             return shape
         import dataclasses
@@ -250,26 +278,65 @@ class FlagTable:
         return dataclasses.replace(shape, args=tuple(args))
 
     def canonical_lever(self, lever: Lever) -> Lever:
+        """The lever under its canonical name with canonical values; two values that render the
+        same argv (``on`` and ``"on"``; ``false`` and ``absent`` of a switch) are a ConfigError
+        naming both: the tuner would boot the same engine twice as two shapes."""
         if lever.kind == "env":
             return lever
         name = self.canonical(lever.name)
-        values = tuple(self.canonical_value(lever.name, v) for v in lever.values)
-        if name == lever.name and values == lever.values:
+        values = []
+        seen: dict[tuple[str, ...], Any] = {}
+        for v in lever.values:
+            c = self.canonical_value(lever.name, v)
+            argv = () if c is ABSENT else tuple(self.render(name, c))
+            if argv in seen:
+                raise ConfigError(f"lever {name}: values {_show(seen[argv])} and {_show(v)} both render "
+                                  f"{' '.join(argv) if argv else 'no flag'}, one engine twice; keep one")
+            seen[argv] = v
+            values.append(c)
+        if name == lever.name and tuple(values) == lever.values:
             return lever
-        return Lever(name, values, lever.numerics)
+        return Lever(name, tuple(values), lever.numerics)
 
     def canonical_value(self, name: str, value: Any) -> Any:
-        """A value as the canonical lever holds it: ``no-mmap: true`` is ``mmap: false``,
-        ``flash-attn: "on"`` is ``flash-attn: true`` (both render ``-fa on``)."""
+        """A value as the canonical lever holds it, the value ``parse`` reads back from its argv:
+        ``no-mmap: true`` is ``mmap: false``, ``flash-attn: "on"`` / ``1`` / ``enabled`` are
+        ``flash-attn: true`` (all ``-fa on``), ``threads: "2"`` is ``2``, ``mlock: "yes"`` is
+        ``true`` and ``mlock: false`` ABSENT (no flag either way). A value the engine would not
+        read (``-fa yes``) stays as written: its boot says so."""
+        if value is ABSENT or value is None:
+            return ABSENT
         hit = self.lookup(name)
-        if hit is None:
+        spec = hit[0] if hit else None
+        lever = spec.lever if spec else name.strip().lstrip("-")
+        if lever in ("model", "port"):
             return value
-        spec, positive = hit
-        if spec.words and isinstance(value, str) and value in spec.words:
-            value = value == spec.words[0]
-        if not positive and isinstance(value, bool):
-            value = not value
-        return value
+        if spec is not None:
+            texts = dict(spec.same)
+            if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value) in texts:
+                value = texts[str(value)]
+            if spec.words and isinstance(value, str) and value in spec.words:
+                value = value == spec.words[0]
+            if spec.switch and isinstance(value, str) and value in _YES | _NO:
+                value = value in _YES
+            if not hit[1] and isinstance(value, bool):
+                value = not value              # named by its negative spelling
+        try:
+            argv = self.render(lever, value)
+            if not argv:
+                return ABSENT                  # a switch's false: no flag, as absent
+            _, args, _ = self.parse(argv)
+        except ConfigError:
+            return value
+        if len(args) != 1 or args[0][0] != lever or self.render(lever, args[0][1]) != argv:
+            return value
+        back = args[0][1]
+        return tuple(back) if isinstance(back, list) else back
+
+
+def _show(value: Any) -> str:
+    """A lever value as the campaign writes it: strings quoted, so ``"on"`` is not ``true``."""
+    return json.dumps(value) if isinstance(value, str) else format_value(value)
 
 
 @lru_cache(maxsize=8)

@@ -4,7 +4,9 @@ The image is the cached binary (scripts/build-llama-server.sh; CPU build, ggml a
 statically) plus the shared libraries ``ldd`` names, ``FROM scratch``, built through podman-py
 against the podman API service like the simulated engine's image (host/simimage.py). It is
 tagged with a hash of its inputs (the binary's bytes and this recipe), so an unchanged binary is
-never rebuilt, and campaigns address it by digest. No model is baked in: a campaign mounts the
+never rebuilt, and campaigns address it by digest. Building a new one (a changed binary, or this
+recipe) removes the older images built for the same repository (by their label), except one a
+container still uses. No model is baked in: a campaign mounts the
 GGUF read-only (a baseline ``model:`` that exists on the host is bind-mounted at the same path).
 
     python -m host.llamaimage [BINARY]     builds (or finds) it and prints the reference by digest
@@ -26,12 +28,13 @@ log = logging.getLogger("tuner.host.llamaimage")
 
 REPO = "localhost/offload-tuner-llama-server"
 LABEL = "tuner.llama-input-hash"
+REPO_LABEL = "tuner.llama-repo"
 BUILD_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "build-llama-server.sh"
 
 CONTAINERFILE = """FROM scratch
 COPY rootfs/ /
 ENV HOME=/root PATH=/usr/local/bin:/usr/bin:/bin
-LABEL org.opencontainers.image.title=offload-tuner-llama-server {label}={h}
+LABEL org.opencontainers.image.title=offload-tuner-llama-server {label}={h} {repo_label}={repo}
 ENTRYPOINT ["/usr/local/bin/llama-server"]
 """
 
@@ -44,6 +47,7 @@ class LlamaImage:
     built: bool
     size_bytes: int
     binary: str
+    pruned: tuple[str, ...] = ()   # tags (or short ids) of the older builds removed after this one
 
 
 def llama_server_binary() -> Path:
@@ -74,29 +78,83 @@ def _build_rootfs(root: Path, binary: Path) -> None:
     os.chmod(root / "tmp", 0o1777)
 
 
-def ensure_image(client, binary: Path | None = None, rebuild: bool = False) -> LlamaImage:
-    """The llama-server image for this binary, built when missing; tagged ``:latest`` too."""
+def ensure_image(client, binary: Path | None = None, rebuild: bool = False, repo: str = REPO) -> LlamaImage:
+    """The llama-server image for this binary, built when missing; tagged ``:latest`` too. A
+    build prunes the older builds of ``repo`` (``prune_superseded``)."""
     binary = Path(binary) if binary else llama_server_binary()
     h = input_hash(binary)
-    tag = f"{REPO}:{h}"
+    tag = f"{repo}:{h}"
     img = None if rebuild else _lookup(client, tag)
     built = False
     if img is None:
         with tempfile.TemporaryDirectory(prefix="llamaimage-") as tmp:
             ctx = Path(tmp)
             _build_rootfs(ctx / "rootfs", binary)
-            (ctx / "Containerfile").write_text(CONTAINERFILE.format(label=LABEL, h=h))
+            (ctx / "Containerfile").write_text(CONTAINERFILE.format(label=LABEL, h=h, repo_label=REPO_LABEL,
+                                                                    repo=repo))
             log.info("building %s from %s", tag, binary)
             client.images.build(path=str(ctx), dockerfile="Containerfile", tag=tag, rm=True, pull=False,
-                                labels={LABEL: h})
+                                labels={LABEL: h, REPO_LABEL: repo})
         img = client.images.get(tag)
         built = True
-    img.tag(REPO, "latest")
+    img.tag(repo, "latest")
     digest = img.attrs.get("Digest")
     if not digest:
         raise RuntimeError(f"image {tag} has no digest; rebuild it")
-    return LlamaImage(ref=f"{REPO}@{digest}", image_id=img.id, tag=tag, built=built,
-                      size_bytes=int(img.attrs.get("Size") or 0), binary=str(binary))
+    pruned = prune_superseded(client, img, repo) if built else ()
+    return LlamaImage(ref=f"{repo}@{digest}", image_id=img.id, tag=tag, built=built,
+                      size_bytes=int(img.attrs.get("Size") or 0), binary=str(binary), pruned=pruned)
+
+
+def _ours(img, repo: str) -> bool:
+    """An image this module built for ``repo``: its input-hash label, and its repository label
+    (or, built before that label, a tag of the repository)."""
+    labels = img.attrs.get("Labels") or {}
+    if LABEL not in labels:
+        return False
+    if REPO_LABEL in labels:
+        return labels[REPO_LABEL] == repo
+    return any(t.rsplit(":", 1)[0] == repo for t in img.tags)
+
+
+def _created(img) -> int:
+    """An image's creation time in whole epoch seconds: the list gives seconds, inspect gives
+    RFC 3339 with nanoseconds."""
+    import datetime as dt
+
+    value = img.attrs.get("Created") or 0
+    if isinstance(value, (int, float)):
+        return int(value)
+    import re
+
+    text = re.sub(r"\.\d+", "", str(value)).replace("Z", "+00:00")     # 3.11 reads no nanoseconds
+    when = dt.datetime.fromisoformat(text)
+    return int((when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)).timestamp())
+
+
+def prune_superseded(client, keep, repo: str = REPO) -> tuple[str, ...]:
+    """Remove the llama-server images built for ``repo`` before ``keep`` (one per binary or
+    recipe change, ~10 MB to ~100 MB each), never one a container (running or stopped) uses, nor
+    a newer one (a concurrent build). Returns the tags (or short ids) removed."""
+    from podman.errors import APIError
+
+    created = _created(keep)
+    removed: list[str] = []
+    for img in client.images.list(filters={"label": LABEL}):
+        if img.id == keep.id or not _ours(img, repo) or _created(img) > created:
+            continue
+        if client.containers.list(all=True, filters={"ancestor": img.id}):
+            log.info("keeping superseded %s: a container uses it", img.tags or img.id[:12])
+            continue
+        try:
+            client.images.remove(img.id, force=False)
+        except APIError as e:
+            log.info("keeping superseded %s: %s", img.tags or img.id[:12], e)
+            continue
+        removed += img.tags or [img.id[:12]]
+    if removed:
+        log.info("pruned %d superseded llama-server image(s): %s", len(removed), ", ".join(removed))
+    return tuple(removed)
 
 
 def main(argv: list[str] | None = None) -> int:

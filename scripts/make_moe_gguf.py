@@ -36,8 +36,12 @@ class MoeSpec:
     used: int = 4
     head_dim: int = 64
     kv_heads: int = 2
-    dtype: str = "f16"          # f16 | q8_0 (expert and attention matrices)
+    dtype: str = "f16"          # f16 | q8_0 | q4_0 (expert and attention matrices)
     seed: int = 0
+    # echo: the output head is the token embedding and the blocks write little into the residual
+    # stream, so greedy decoding repeats the prompt's last token: a text that n-gram drafts
+    # (--spec-type ngram-*) predict in full, as for the repetitive outputs they are made for
+    echo: bool = False
 
     @property
     def heads(self) -> int:
@@ -61,11 +65,11 @@ class MoeSpec:
 
     def name(self) -> str:
         return (f"moe-l{self.layers}-e{self.embd}-f{self.ff}-x{self.experts}k{self.used}-"
-                f"{self.dtype}-s{self.seed}.gguf")
+                f"{self.dtype}-s{self.seed}{'-echo' if self.echo else ''}.gguf")
 
 
 def _bytes_per_weight(dtype: str) -> float:
-    return {"f16": 2, "q8_0": 34 / 32}[dtype]
+    return {"f16": 2, "q8_0": 34 / 32, "q4_0": 18 / 32}[dtype]
 
 
 def default_cache() -> Path:
@@ -82,10 +86,10 @@ def write_moe_gguf(path: str | Path, spec: MoeSpec = MoeSpec()) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part")
     rng = np.random.default_rng(spec.seed)
-    qtype = {"f16": None, "q8_0": gguf.GGMLQuantizationType.Q8_0}[spec.dtype]
+    qtype = {"f16": None, "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}[spec.dtype]
 
-    def mat(*shape: int):
-        a = (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(shape[-1]))
+    def mat(*shape: int, scale: float = 1.0):
+        a = (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(shape[-1])) * scale
         if qtype is None:
             return a.astype(np.float16), None
         return gguf.quants.quantize(a, qtype), qtype
@@ -94,7 +98,8 @@ def write_moe_gguf(path: str | Path, spec: MoeSpec = MoeSpec()) -> Path:
     n_vocab = len(tokens)
     w = gguf.GGUFWriter(str(tmp), "qwen3moe")
     w.add_name("offload-tuner random MoE")
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if qtype is None else gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_file_type({"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+                     "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[spec.dtype])
     w.add_context_length(8192)
     w.add_embedding_length(spec.embd)
     w.add_block_count(spec.layers)
@@ -124,9 +129,13 @@ def write_moe_gguf(path: str | Path, spec: MoeSpec = MoeSpec()) -> Path:
         w.add_tensor(name, data, raw_dtype=raw)
 
     ones = lambda n: (np.ones(n, dtype=np.float32), None)  # noqa: E731
-    add("token_embd.weight", (rng.standard_normal((n_vocab, spec.embd)).astype(np.float16) / 8, None))
+    embd = rng.standard_normal((n_vocab, spec.embd)).astype(np.float16) / 8
+    add("token_embd.weight", (embd, None))
     add("output_norm.weight", ones(spec.embd))
     out = (rng.standard_normal((n_vocab, spec.embd)) / np.sqrt(spec.embd) * 4).astype(np.float16)
+    if spec.echo:
+        out = (embd.astype(np.float32) * 8 / np.sqrt(spec.embd) * 4).astype(np.float16)
+    small = 0.05 if spec.echo else 1.0          # what the blocks add to the residual stream
     out[: 3 + 256] = 0.0          # specials and byte tokens never win the argmax
     add("output.weight", (out, None))
     q, kv = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
@@ -137,13 +146,13 @@ def write_moe_gguf(path: str | Path, spec: MoeSpec = MoeSpec()) -> Path:
         add(b + "attn_q.weight", mat(q, spec.embd))
         add(b + "attn_k.weight", mat(kv, spec.embd))
         add(b + "attn_v.weight", mat(kv, spec.embd))
-        add(b + "attn_output.weight", mat(spec.embd, q))
+        add(b + "attn_output.weight", mat(spec.embd, q, scale=small))
         add(b + "attn_q_norm.weight", ones(spec.head_dim))
         add(b + "attn_k_norm.weight", ones(spec.head_dim))
         add(b + "ffn_gate_inp.weight", (rng.standard_normal((spec.experts, spec.embd)).astype(np.float32), None))
         add(b + "ffn_gate_exps.weight", mat(spec.experts, spec.ff, spec.embd))
         add(b + "ffn_up_exps.weight", mat(spec.experts, spec.ff, spec.embd))
-        add(b + "ffn_down_exps.weight", mat(spec.experts, spec.embd, spec.ff))
+        add(b + "ffn_down_exps.weight", mat(spec.experts, spec.embd, spec.ff, scale=small))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -163,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out")
     for field, default in asdict(MoeSpec()).items():
-        p.add_argument(f"--{field.replace('_', '-')}", type=type(default), default=default)
+        if isinstance(default, bool):
+            p.add_argument(f"--{field.replace('_', '-')}", action="store_true")
+        else:
+            p.add_argument(f"--{field.replace('_', '-')}", type=type(default), default=default)
     ns = p.parse_args(argv)
     spec = MoeSpec(**{k: getattr(ns, k) for k in asdict(MoeSpec())})
     path = ensure_model(spec, ns.out)

@@ -185,14 +185,14 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     engine = raw.get("engine", "vllm-expert-offload")
     baseline = part("baseline", lambda: _baseline(p, raw.get("baseline")))
     levers: dict[str, Lever] = {}
+    keys: dict[str, str] = {}              # lever name -> its key in the file
     for lname, spec in (raw.get("levers") or {}).items():
         lever = part(f"levers.{lname}", lambda: Lever.from_spec(str(lname), spec))
         if lever is not None:
             levers[lever.name] = lever
-    if baseline is not None:               # llama.cpp: one lever name per flag, whatever its spelling
-        canon = part("levers", lambda: _canonical_flags(p, engine, raw.get("profile"), baseline, levers))
-        if canon is not None:
-            baseline, levers = canon
+            keys[lever.name] = f"levers.{lname}"
+    if baseline is not None:               # llama.cpp: one lever name and value per flag and argv
+        baseline, levers = _canonical_flags(p, engine, raw.get("profile"), baseline, levers, keys, part)
     boot = BootPlan(**{k: float(v) for k, v in (raw.get("boot") or {}).items()})
     folder = Path(_resolve_path(p.parent, str(raw.get("journal", "journal")))) / name
     measure = part("measure", lambda: _measure(p, raw))
@@ -209,27 +209,59 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     return camp
 
 
-def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers: dict[str, Lever]):
+def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers: dict[str, Lever],
+                     keys: dict[str, str], part):
     """llama.cpp: one lever name per flag (``ngl``, ``-ngl`` and ``gpu-layers`` are
-    ``n-gpu-layers``), from the profile's flag table (arms.spellings)."""
+    ``n-gpu-layers``) and one value per argv (``flash-attn: "on"`` and ``on`` are one shape), from
+    the profile's flag table (arms.spellings); each error goes to ``part`` under its key."""
+    table = _flag_table(engine, overrides)
+    if table is None:
+        return baseline, levers
+    baseline = part("baseline", lambda: table.canonical_shape(baseline, f"{path}: key 'baseline'")) or baseline
+    out: dict[str, Lever] = {}
+    for name, lever in levers.items():
+        canon = part(keys[name], lambda: table.canonical_lever(lever))
+        if canon is not None and canon.name in out:
+            part(keys[name], lambda: _again(path, canon.name))
+        elif canon is not None:
+            out[canon.name] = canon
+    return baseline, out
+
+
+def _again(path: Path, lever: str):
+    raise ConfigError(f"{path}: this is the lever {lever} again (another spelling); keep one")
+
+
+def _flag_table(engine: str, overrides):
+    """The profile's flag spelling table (arms.spellings), or None (no table, or a bad profile:
+    `tuner check` reports that)."""
     from arms.profiles import load_profile
     from arms.spellings import FlagTable
 
     try:
         profile = load_profile(engine, overrides if isinstance(overrides, dict) else None)
     except ConfigError:
-        return baseline, levers            # `tuner check` reports a bad profile
+        return None
     if profile.family != "llamacpp" or not profile.flags:
-        return baseline, levers
-    table = FlagTable.from_mapping(profile.flags, profile.source)
-    baseline = table.canonical_shape(baseline, f"{path}: key 'baseline'")
-    out: dict[str, Lever] = {}
-    for name, lever in levers.items():
-        lever = table.canonical_lever(lever)
-        if lever.name in out:
-            raise _err(path, f"levers.{name}", f"this is the lever {lever.name} again (another spelling); keep one")
-        out[lever.name] = lever
-    return baseline, out
+        return None
+    return FlagTable.from_mapping(profile.flags, profile.source)
+
+
+def parse_change(camp: Campaign, text: str):
+    """``--change LEVER=VALUE`` as the campaign's levers hold it: any spelling of a llama.cpp flag
+    (``fa=1``, ``no-mmap=true``) is its canonical lever and value, as in the campaign file."""
+    from arms.shape import parse_change as parse
+
+    table = _flag_table(camp.engine, camp.profile_overrides)
+    raw, eq, rest = text.partition("=")
+    if table is None or not eq or raw.strip().startswith("env."):
+        return parse(text, camp.levers)
+    import json
+
+    from arms.shape import ABSENT, thaw
+
+    value = table.canonical_value(raw.strip(), parse(text)[1])
+    return parse(f"{table.canonical(raw)}={'absent' if value is ABSENT else json.dumps(thaw(value))}", camp.levers)
 
 
 def _production(path: Path, raw: dict):

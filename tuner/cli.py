@@ -48,9 +48,8 @@ def cmd_image(ns) -> int:
 def _prepare(campaign_path: str, change_texts: list[str]):
     """Campaign, profile, host and the shape to boot — all checked before anything starts."""
     from arms.profiles import load_profile
-    from arms.shape import parse_change
     from host.podman_host import PodmanHost
-    from tuner.campaign import check_model_path, check_paths, load_campaign
+    from tuner.campaign import check_model_path, check_paths, load_campaign, parse_change
 
     camp = load_campaign(campaign_path)
     profile = load_profile(camp.engine, camp.profile_overrides or None)
@@ -59,7 +58,7 @@ def _prepare(campaign_path: str, change_texts: list[str]):
     check_telemetry(profile, camp.telemetry, camp.baseline, where=f"{camp.path}: key 'measure.telemetry'")
     changes = {}
     for text in change_texts:
-        name, value = parse_change(text, camp.levers)
+        name, value = parse_change(camp, text)
         camp.lever(name)
         changes[name] = value
     shape = camp.baseline
