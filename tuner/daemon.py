@@ -2,7 +2,6 @@
 signals, detaching, sd_notify, the live view, and reading a campaign folder back."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -163,52 +162,3 @@ def _folder(arg: str) -> Path:
     from tuner.journal import folder_of
 
     return folder_of(arg)
-
-
-def print_status(ns) -> int:
-    from tuner.export import read_records
-    from tuner.state import replay
-
-    folder = _folder(ns.campaign)
-    jpath = folder / "journal.jsonl"
-    if not jpath.exists():
-        raise ConfigError(f"{folder} holds no journal.jsonl: the campaign has not run yet")
-    records = read_records(jpath)          # a reader: no lock, never writes (not even a torn tail)
-    start = next((r for r in records if r["op"] == "campaign_start"), None)
-    if start is None:
-        raise ConfigError(f"{jpath} has no campaign_start record")
-    from arms.shape import Shape
-
-    st = replay(records, Shape.from_dict(start["baseline"]))
-    from tuner.lock import holder, is_held
-
-    pid = None
-    pidf = folder / "daemon.pid"
-    if pidf.exists():
-        try:
-            pid = int(pidf.read_text())
-            os.kill(pid, 0)
-        except (ValueError, ProcessLookupError, PermissionError):
-            pid = None
-    if pid is None and is_held(folder):           # the writer's lock names it (read, never taken)
-        pid = (holder(folder) or {}).get("pid")
-    running = [a for a in st.open_arms]
-    if ns.json:
-        print(json.dumps({"folder": str(folder), "arms": len(st.arms), "daemon_pid": pid,
-                          "running_arm": running[0].n if running and pid else None,
-                          "incumbent": st.incumbent_key, "ended": (st.ended or {}).get("reason"),
-                          "verdict": (st.ended or {}).get("verdict")}, indent=1))
-        return 0
-    import shutil
-
-    from rich.console import Console
-
-    Console(width=max(140, shutil.get_terminal_size().columns)).print(arms_table(st))
-    if pid and running:
-        print(f"running: arm {running[0].n} ({running[0].kind}, {values.change_text(running[0].change)}) in daemon pid {pid}")
-    elif running:
-        print(f"arm {running[0].n} was interrupted (no daemon alive): `tuner run` resumes it")
-    print(f"ended: {(st.ended or {}).get('reason', 'not yet')}")
-    if (st.ended or {}).get("verdict"):
-        print(f"verdict: {st.ended['verdict']}")
-    return 0
