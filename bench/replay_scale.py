@@ -11,7 +11,7 @@ end) while arms are appended to it through the writer (``Journal.append``, fsync
 states are checked equal. Also timed: a reader's whole read (``read_journal``: parse and
 validate every line) and replay, and the writer's open at resume (``Journal``).
 
-The loop's whole per-arm overhead (``--loop``): a real ``CampaignLoop`` (SimHost, the campaign's
+The loop's whole per-arm overhead (``--loop-only``, with ``--before-rev`` also that revision's): a real ``CampaignLoop`` (SimHost, the campaign's
 Optuna journal study rebuilt from the synthetic night at resume) runs ``--new-arms`` more arms with
 the arm itself stubbed (``ArmRunner.run`` returns a canned measured record at once, after asking
 the loop's extender once, as a real boot does), so the time between two arms is everything the
@@ -20,7 +20,8 @@ judgement (State.judged, the noise band), the comparison's bookkeeping, the fsyn
 the incremental replay. ``--profile`` prints cProfile's top functions over those arms at the
 largest scale.
 
-  .venv/bin/python bench/replay_scale.py --arms 1000 5000 10000 --loop --out bench/results/replay_scale.md
+  .venv/bin/python bench/replay_scale.py --arms 1000 5000 10000 --out bench/results/replay_scale.md
+  .venv/bin/python bench/replay_scale.py --loop-only --arms 1000 5000 10000 --before-rev 9620f11 [--profile]
 """
 from __future__ import annotations
 
@@ -198,10 +199,48 @@ def loop_scale(arms: int, new_arms: int, profile: bool = False) -> dict:
     top = None
     if prof:
         out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(45)
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
         top = out.getvalue()
     return {"arms": arms, "start_s": start_s, "loop_s": statistics.median(per), "loop_max_s": max(per),
             "n": len(per), "profile": top}
+
+
+def loop_before(rev: str, arms: list[int], new_arms: int) -> list[dict]:
+    """``loop_scale`` run on the tree of ``rev`` (this script copied into it)."""
+    import json
+    import shutil
+    import subprocess
+
+    dest = Path(tempfile.mkdtemp(prefix="loop-before-"))
+    tar = subprocess.run(["git", "archive", rev], cwd=REPO, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+    shutil.copy(Path(__file__), dest / "bench" / "replay_scale.py")
+    r = subprocess.run([sys.executable, "bench/replay_scale.py", "--loop-only", "--json", "--new-arms", str(new_arms),
+                        "--arms", *map(str, arms)], cwd=dest, capture_output=True, text=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def loop_table(rows: list[dict], before: list[dict] | None, args) -> list[str]:
+    cmd = (f".venv/bin/python bench/replay_scale.py --loop-only --arms {' '.join(map(str, args.arms))} "
+           f"--new-arms {args.new_arms}" + (f" --before-rev {args.before_rev}" if before else "")
+           + (f" --out {args.out}" if args.out else ""))
+    lines = [f"command: {cmd}", "",
+             f"the real CampaignLoop (SimHost) resumed on a synthetic night of that many arms (bench/report_scale.py), "
+             f"the arm itself stubbed; per arm: the median wall time between two arms over up to {args.new_arms} arms "
+             f"(fewer where the policy converged first: {', '.join(str(r['n']) for r in rows)} after"
+             + (f", {', '.join(str(b['n']) for b in before)} before" if before else "") + ") "
+             f"(search policy, Optuna ask/tell on the journal study, State.judged and the noise band, the comparison's "
+             f"bookkeeping, 4 fsync'd appends, incremental replay); {os.cpu_count()} CPUs, Python "
+             f"{platform.python_version()}.", "",
+             "| arms | per arm: before" + (f" ({args.before_rev})" if before else "") + " | max | per arm: after "
+             "| max | resume (replay + Optuna study rebuilt from the journal): before | after |",
+             "|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows):
+        b = before[i] if before else None
+        bs = (f"{b['loop_s'] * 1e3:.1f} ms", f"{b['loop_max_s'] * 1e3:.1f} ms", f"{b['start_s']:.1f} s") if b else ("-",) * 3
+        lines.append(f"| {r['arms']:,} | {bs[0]} | {bs[1]} | {r['loop_s'] * 1e3:.1f} ms | {r['loop_max_s'] * 1e3:.1f} ms "
+                     f"| {bs[2]} | {r['start_s']:.1f} s |")
+    return lines
 
 
 def main() -> int:
@@ -211,13 +250,20 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--before-rev", default=None, help="also time this git revision's replay per arm (the code before)")
     ap.add_argument("--out", help="also write the results as Markdown to this file")
-    ap.add_argument("--loop", action="store_true", help="also time the real loop's whole per-arm overhead")
     ap.add_argument("--loop-only", action="store_true", help="only the loop's per-arm overhead")
+    ap.add_argument("--json", action="store_true", help="with --loop-only: print the rows as JSON")
     ap.add_argument("--profile", action="store_true", help="print cProfile's top functions of the loop's arms "
                                                             "at the largest scale")
     args = ap.parse_args()
     if args.loop_only:
         loops = [loop_scale(a, args.new_arms, args.profile and a == max(args.arms)) for a in args.arms]
+        if args.json:
+            import json
+            print(json.dumps(loops))
+            return 0
+        before = loop_before(args.before_rev, args.arms, args.new_arms) if args.before_rev else None
+        if args.out:
+            emit(loop_table(loops, before, args), args.out)
         for r in loops:
             print(f"{r['arms']}: loop per arm {r['loop_s'] * 1e3:.1f} ms (max {r['loop_max_s'] * 1e3:.1f}, "
                   f"{r['n']} arms), resume {r['start_s']:.1f} s")

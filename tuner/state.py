@@ -192,7 +192,10 @@ class State:
         m = a.end.get("measurement")
         if m and a.verdict != "corrupt" and m.get("outcome") == "measured":
             got = self._meas.setdefault(a.shape, [])
-            got.insert(bisect.bisect_right([x[0] for x in got], a.n), (a.n, m))
+            if got and got[-1][0] > a.n:
+                got.insert(bisect.bisect_right([x[0] for x in got], a.n), (a.n, m))
+            else:
+                got.append((a.n, m))
         if a.kind in ("baseline", "recheck", "confirm"):
             self._last_measure[a.key] = max(self._last_measure.get(a.key, -1), a.n)
 
