@@ -195,7 +195,7 @@ class CampaignLoop:
             arms_run += 1
             st = self._replay()
             if self.on_arm:
-                self.on_arm(st, st.arms[max(st.arms)].end or {})
+                self.on_arm(st, st.arms[st.next_n - 1].end or {})
         verdict = self._verdict(st)
         self.journal.append("campaign_end", reason=reason, arms=len(st.arms),
                             incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict,
