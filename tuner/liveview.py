@@ -82,6 +82,7 @@ class NightView:
         self.kind, self.what, self.phase = "", "", "starting"
         self.arms_done = 0
         self.arm_s: list[float] = []
+        self._ended = 0                  # finished arms whose arm_s is in arm_s (per arm, only the new ones)
         self.incumbent: list[str] = []
         self.objective = None
         self.base_objective = None
@@ -108,11 +109,14 @@ class NightView:
             self.arms_done = len(st.arms)
             self.incumbent = incumbent_changes(st)
             self.objective = st.incumbent_value
-            base = next((a for a in sorted(st.arms.values(), key=lambda a: a.n) if a.kind == "baseline" and a.end
+            done = st.finished()                 # in arm order
+            base = next((a for a in done if a.kind == "baseline"
                          and (a.end.get("score") or {}).get("objective") is not None), None)
             self.base_objective = base.end["score"]["objective"] if base else self.base_objective
-            durations = [a.end.get("arm_s") for a in st.arms.values() if a.end and a.end.get("arm_s")]
-            self.arm_s = [float(x) for x in durations]
+            if len(done) < self._ended:
+                self.arm_s, self._ended = [], 0
+            self.arm_s += [float(a.end["arm_s"]) for a in done[self._ended:] if a.end.get("arm_s")]
+            self._ended = len(done)
             self.phase = "between arms"
         self._publish(force=True)
 

@@ -23,7 +23,7 @@ from arms.secrets import Sealer
 
 from .arm_runner import ArmRunner
 from .compare import Side, compare, look_alpha
-from .sampler import OneChangeSampler, told_as
+from .sampler import OneChangeSampler, told_as, trial_of
 from .sampler import tell as sampler_tell
 from . import values
 from .guard import Guard
@@ -134,13 +134,13 @@ class CampaignLoop:
                 self.journal.append("told", arm=a.n, trial=a.trial)
 
     def _tell(self, trial: int, end: dict) -> None:
-        t = self.study.get_trials(deepcopy=False)[trial] if trial < len(self.study.get_trials(deepcopy=False)) else None
+        t = trial_of(self.study, trial)
         if t is None or t.state != TrialState.RUNNING:
             return
         if self.sampler is not None:            # the one-change study: its best trial is the incumbent
-            moved = next((r for r in self.journal.records if r["op"] == "incumbent" and r.get("arm") == end.get("arm")),
-                         None)
-            done = [x.value for x in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+            moved = next((r for r in self._replay().moves if r.get("arm") == end.get("arm")), None)
+            chained = moved is not None or end.get("kind", "baseline") == "baseline"   # else told_as ignores it
+            done = [x.value for x in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))] if chained else []
             sampler_tell(self.study, trial, *told_as(end, moved, max(done) if done else None))
             return
         obj = (end.get("score") or {}).get("objective")
@@ -195,7 +195,7 @@ class CampaignLoop:
             arms_run += 1
             st = self._replay()
             if self.on_arm:
-                self.on_arm(st, st.arms[max(st.arms)].end or {})
+                self.on_arm(st, st.arms[st.next_n - 1].end or {})
         verdict = self._verdict(st)
         self.journal.append("campaign_end", reason=reason, arms=len(st.arms),
                             incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict,
@@ -226,7 +226,7 @@ class CampaignLoop:
         ref = st.incumbent if against is None else against
         side_c = Side.of(st.measurements_of(shape) + ([extra] if extra else []), self._depth())
         side_i = Side.of(st.measurements_of(ref), self._depth())
-        k = sum(1 for r in st.comparisons if r.get("change")) + 1
+        k = st.looks + 1
         return compare(side_c, side_i, alpha=look_alpha(self.error_rate, k, self._planned_looks()),
                        min_effect=self.camp.search.min_effect), k
 
@@ -336,8 +336,7 @@ class CampaignLoop:
                                 change=[p.change[0], values.encode(p.change[1])], comparison=cmp.to_dict())
             log.info("[arm %d COMPARE %s] %s -> %s: %s, runs %d vs %d, boots %d vs %d, error rate %.2g", n, cmp.verdict,
                      p.change[0], values.text(p.change[1]), cmp.interval_text(), *cmp.runs, *cmp.boots, cmp.alpha)
-        elif self._comparable() and (p.kind == "start" or p.kind == "recheck" and any(
-                a.kind == "start" and a.incumbent == st.incumbent.key() for a in st.finished())):
+        elif self._comparable() and (p.kind == "start" or p.kind == "recheck" and st.starts_at(st.incumbent.key())):
             st2 = self._replay()
             h2h, _ = self._compare(st2, st2.incumbent, None, against=self.camp.baseline)
             if h2h is not None:

@@ -71,9 +71,18 @@ def told_as(end: dict, moved: dict | None, previous_value: float | None) -> tupl
     return TrialState.PRUNED, obj
 
 
+def trial_of(study: optuna.Study, number: int):
+    """Trial ``number`` of the study, None when it has none: the storage's own index (never the
+    list of every trial, which grows with the night)."""
+    try:
+        return study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
+    except KeyError:
+        return None
+
+
 def tell(study: optuna.Study, trial: int, state: TrialState, value: float | None) -> None:
     if state == TrialState.PRUNED and value is not None:
-        t = study.get_trials(deepcopy=False)[trial]
+        t = trial_of(study, trial)
         study._storage.set_trial_intermediate_value(t._trial_id, 0, value)
     if state == TrialState.COMPLETE:
         study.tell(trial, value)

@@ -62,12 +62,7 @@ def expected_gain(mu: float, sigma: float) -> float:
 
 def latest_comparisons(state: State) -> dict[tuple[str, str, str], dict]:
     """(incumbent key, lever, value text) -> the latest comparison of that challenger there."""
-    out = {}
-    for r in state.comparisons:
-        ch = r.get("change")
-        if ch:
-            out[(r["incumbent"], ch[0], values.text_of(ch[1]))] = {**r["comparison"], "arm": r.get("arm")}
-    return out
+    return state.latest_comparisons()          # kept as the comparisons are replayed
 
 
 def drift_since(state: State, arm: int | None) -> float:
@@ -122,9 +117,8 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
             if vt == current or (name, vt) in undo:
                 continue
             past = hist.get((name, vt), [])
-            outcomes = [a.verdict or "" for a in past]
-            boot_classes = {v.split(":", 1)[1] for v in outcomes if v.startswith("boot-failed:")}
-            if any(v == "corrupt" for v in outcomes) or boot_classes & STRUCTURAL:
+            corrupt, boot_classes = state.failures((name, vt))
+            if corrupt or boot_classes & STRUCTURAL:
                 continue                                       # structural: never again
             tries = here.get((name, vt), [])
             c = cmp.get((inc_key, name, vt))
@@ -207,7 +201,7 @@ def _pending_confirm(state: State, done) -> Proposal | None:
 
 def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, confirm: bool = True,
             spend: bool = True) -> Proposal | None:
-    done = sorted(state.finished(), key=lambda a: a.n)
+    done = state.finished()                    # in arm order
     if not any(a.kind == "baseline" and a.verdict not in (None, "interrupted") for a in done):
         return Proposal("baseline", why="measure the starting shape")
     if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, "interrupted") for a in done):
@@ -228,8 +222,7 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
     if r is not None:
         return Proposal("probe", (r[0], r[1]), why=r[2])
     if state.incumbent != state.baseline:
-        starts = sum(1 for a in done if a.kind == "start" and a.verdict not in (None, "interrupted")
-                     and a.incumbent == state.incumbent.key())
+        starts = sum(1 for a in state.starts_at(state.incumbent.key()) if a.verdict not in (None, "interrupted"))
         if starts < HEAD_TO_HEAD:
             if state.arms_since_incumbent_measure() >= 1 and starts > 0:
                 return Proposal("recheck", why="head-to-head against the starting shape: the incumbent's turn")

@@ -1,10 +1,12 @@
 """Campaign state, rebuilt by replaying the journal. Nothing here does I/O."""
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import statistics
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from arms.errors import ConfigError
 from arms.secrets import REDACTED
@@ -65,9 +67,28 @@ class State:
     shapes: dict[str, Shape] = field(default_factory=dict)   # key -> the real shape, where known
     comparisons: list[dict] = field(default_factory=list)   # "compare" records: a challenger vs the incumbent
 
+    # Indexes kept by ``apply_record`` as arms end, so that what the loop asks per arm costs
+    # O(1) amortised rather than a pass over every finished arm (a 10,000-arm night was quadratic;
+    # bench/replay_scale.py). ``tests/test_state_incremental.py`` checks each against the pass
+    # over the finished arms (``from_scratch``) after every arm of a simulated night.
+    _max_n: int = field(default=-1, repr=False, compare=False)
+    _done: list = field(default_factory=list, repr=False, compare=False)             # finished arms, by n
+    _done_n: list = field(default_factory=list, repr=False, compare=False)           # their n (bisect)
+    _var_sum: float = field(default=0.0, repr=False, compare=False)                  # sum of finished arms' noise^2, by n
+    _var_count: int = field(default=0, repr=False, compare=False)
+    _var_last: int = field(default=-1, repr=False, compare=False)                    # n of the last arm in the sum
+    _hist: dict = field(default_factory=dict, repr=False, compare=False)             # (lever, value text) -> probes
+    _here: dict = field(default_factory=dict, repr=False, compare=False)             # incumbent key -> the same, there
+    _meas: dict = field(default_factory=dict, repr=False, compare=False)             # Shape -> [(n, measurement)]
+    _last_measure: dict = field(default_factory=dict, repr=False, compare=False)     # key -> n of its last re-measure
+    _fails: dict = field(default_factory=dict, repr=False, compare=False)   # (lever, value text) -> (corrupt, boot-failure classes)
+    _starts: dict = field(default_factory=dict, repr=False, compare=False)  # incumbent key -> its finished "start" arms
+    _latest: dict = field(default_factory=dict, repr=False, compare=False)  # see latest_comparisons
+    looks: int = 0                   # comparisons of a change (the promotion looks spent so far)
+
     @property
     def next_n(self) -> int:
-        return max(self.arms, default=-1) + 1
+        return self._max_n + 1
 
     @property
     def open_arms(self) -> list[Arm]:
@@ -75,13 +96,13 @@ class State:
 
     @property
     def band(self) -> NoiseBand:
-        var = [a.end["noise"] ** 2 for a in self.finished() if (a.end or {}).get("noise") is not None]
         # pooled: the mean of the arms' variances (one arm's 2-3 runs say little on their own)
-        return NoiseBand(tuple(self.samples), within=(sum(var) / len(var)) ** 0.5 if var else 0.0,
-                         pooled_arms=len(var))
+        n = self._var_count
+        return NoiseBand(tuple(self.samples), within=(self._var_sum / n) ** 0.5 if n else 0.0, pooled_arms=n)
 
     def finished(self) -> list[Arm]:
-        return [a for a in self.arms.values() if a.end is not None]
+        """The finished arms, in arm order."""
+        return list(self._done)
 
     @property
     def incumbent_value(self) -> float | None:
@@ -99,34 +120,152 @@ class State:
                 "noise_band": noise, "band": max(noise, min_effect), "measures": len(self.samples)}
 
     def tried_here(self) -> dict[tuple[str, str], list[Arm]]:
-        """(lever, value text) -> the probes of that change judged at the current incumbent."""
-        key = self.incumbent_key
-        out: dict[tuple[str, str], list[Arm]] = {}
-        for a in sorted(self.finished(), key=lambda a: a.n):
-            if a.change and a.incumbent == key and a.kind == "probe" and a.verdict != "interrupted":
-                out.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
-        return out
+        """(lever, value text) -> the probes of that change judged at the current incumbent (read-only)."""
+        return MappingProxyType(self._here.get(self.incumbent_key, {}))
 
     def history(self) -> dict[tuple[str, str], list[Arm]]:
-        out: dict[tuple[str, str], list[Arm]] = {}
-        for a in self.finished():
-            if a.change and a.kind == "probe" and a.verdict != "interrupted":
-                out.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
-        return out
+        """(lever, value text) -> every probe of that change, at any incumbent (read-only)."""
+        return MappingProxyType(self._hist)
 
     def measurements_of(self, shape: Shape) -> list[dict]:
         """The measurements of every finished, measured, uncorrupted boot of ``shape`` (any kind)."""
-        return [a.end["measurement"] for a in sorted(self.finished(), key=lambda a: a.n)
-                if a.shape == shape and (a.end or {}).get("measurement") and a.verdict != "corrupt"
-                and (a.end["measurement"].get("outcome") == "measured")]
+        return [m for _, m in self._meas.get(shape, ())]
+
+    def failures(self, change: tuple[str, str]) -> tuple[bool, frozenset]:
+        """(whether any probe of ``(lever, value text)`` came back corrupt, the classes of its boot
+        failures) over the whole night."""
+        corrupt, classes = self._fails.get(change, (False, frozenset()))
+        return corrupt, frozenset(classes)
+
+    def starts_at(self, key: str) -> list[Arm]:
+        """The finished boots of the starting shape (head-to-head, kind ``start``) judged at ``key``."""
+        return list(self._starts.get(key, ()))
+
+    def latest_comparisons(self) -> dict[tuple[str, str, str], dict]:
+        """(incumbent key, lever, value text) -> the latest comparison of that challenger there
+        (the comparison, with its ``arm``)."""
+        return dict(self._latest)
 
     def arms_since_incumbent_measure(self) -> int:
-        n = 0
-        for a in sorted(self.finished(), key=lambda a: a.n, reverse=True):
-            if a.kind in ("baseline", "recheck", "confirm") and a.key == self.incumbent_key:
-                break
-            n += 1
-        return n
+        last = self._last_measure.get(self.incumbent_key)
+        return len(self._done_n) - (0 if last is None else bisect.bisect_right(self._done_n, last))
+
+    # -- the indexes ----------------------------------------------------------------------------
+    def _started(self, a: Arm, replaced: Arm | None = None) -> None:
+        self._max_n = max(self._max_n, a.n)
+        if replaced is not None and replaced.end is not None:
+            self._reindex()             # a finished arm started again (a damaged journal): afresh
+
+    def _reindex(self) -> None:
+        self._done, self._done_n, self._hist, self._here, self._meas, self._last_measure = [], [], {}, {}, {}, {}
+        self._fails, self._starts = {}, {}
+        self._var_sum, self._var_count, self._var_last = 0.0, 0, -1
+        for a in sorted((a for a in self.arms.values() if a.end is not None), key=lambda a: a.n):
+            self._ended(a)
+
+    def _ended(self, a: Arm) -> None:
+        """Fold a just-finished arm into the indexes (arms end in arm order in the loop; one that
+        ends out of order is inserted in place)."""
+        i = bisect.bisect_right(self._done_n, a.n)
+        self._done_n.insert(i, a.n)
+        self._done.insert(i, a)
+        noise = (a.end or {}).get("noise")
+        if _number(noise):
+            if a.n > self._var_last:
+                self._var_sum += noise ** 2
+                self._var_count += 1
+                self._var_last = a.n
+            else:                       # out of order: the sum in arm order, afresh (rare)
+                var = [x.end["noise"] ** 2 for x in self._done if _number(x.end.get("noise"))]
+                self._var_sum, self._var_count, self._var_last = sum(var), len(var), self._done_n[-1]
+        if a.change and a.kind == "probe" and a.verdict != "interrupted":
+            k = (a.change[0], values.text(a.change[1]))
+            _insort(self._hist.setdefault(k, []), a)
+            _insort(self._here.setdefault(a.incumbent, {}).setdefault(k, []), a)
+            v = a.verdict or ""
+            corrupt, classes = self._fails.get(k, (False, set()))
+            if v.startswith("boot-failed:"):
+                classes.add(v.split(":", 1)[1])
+            self._fails[k] = (corrupt or v == "corrupt", classes)
+        if a.kind == "start":
+            _insort(self._starts.setdefault(a.incumbent, []), a)
+        m = a.end.get("measurement")
+        if m and a.verdict != "corrupt" and m.get("outcome") == "measured":
+            got = self._meas.setdefault(a.shape, [])
+            if got and got[-1][0] > a.n:
+                got.insert(bisect.bisect_right([x[0] for x in got], a.n), (a.n, m))
+            else:
+                got.append((a.n, m))
+        if a.kind in ("baseline", "recheck", "confirm"):
+            self._last_measure[a.key] = max(self._last_measure.get(a.key, -1), a.n)
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _insort(arms: list, a: Arm) -> None:
+    if not arms or arms[-1].n < a.n:
+        arms.append(a)
+    else:
+        arms.insert(bisect.bisect_right([x.n for x in arms], a.n), a)
+
+
+def from_scratch(st: State) -> dict:
+    """What the indexes answer, computed as ``State`` did before it kept them: a pass over every
+    arm (the definition the incremental ``State`` keeps; tests compare the two after every arm)."""
+    fin = [a for a in st.arms.values() if a.end is not None]          # arm dict order, as before
+    done = sorted(fin, key=lambda a: a.n)
+    var = [a.end["noise"] ** 2 for a in fin if _number(a.end.get("noise"))]
+    band = NoiseBand(tuple(st.samples), within=(sum(var) / len(var)) ** 0.5 if var else 0.0, pooled_arms=len(var))
+    here: dict = {}
+    for a in done:
+        if a.change and a.incumbent == st.incumbent_key and a.kind == "probe" and a.verdict != "interrupted":
+            here.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
+    hist: dict = {}
+    for a in fin:
+        if a.change and a.kind == "probe" and a.verdict != "interrupted":
+            hist.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
+    meas: dict = {}
+    for a in done:
+        m = a.end.get("measurement")
+        if m and a.verdict != "corrupt" and m.get("outcome") == "measured":
+            meas.setdefault(a.shape, []).append(m)
+    since = 0
+    for a in reversed(done):
+        if a.kind in ("baseline", "recheck", "confirm") and a.key == st.incumbent_key:
+            break
+        since += 1
+    fails = {}
+    for k, past in hist.items():
+        outcomes = [a.verdict or "" for a in past]
+        fails[k] = (any(v == "corrupt" for v in outcomes),
+                    frozenset(v.split(":", 1)[1] for v in outcomes if v.startswith("boot-failed:")))
+    starts: dict = {}
+    for a in done:
+        if a.kind == "start":
+            starts.setdefault(a.incumbent, []).append(a)
+    latest = {}
+    for r in st.comparisons:
+        ch = r.get("change")
+        if ch:
+            latest[(r.get("incumbent"), ch[0], values.text_of(ch[1]))] = {**r["comparison"], "arm": r.get("arm")}
+    return {"next_n": max(st.arms, default=-1) + 1, "finished": [a.n for a in done], "band": band,
+            "tried_here": here, "history": hist, "measurements": meas, "since_measure": since,
+            "looks": sum(1 for r in st.comparisons if r.get("change")), "failures": fails, "starts": starts,
+            "latest": latest}
+
+
+def incremental(st: State) -> dict:
+    """The same answers from the indexes (``from_scratch``'s counterpart)."""
+    shapes = {a.shape for a in st.arms.values()}
+    meas = {s: st.measurements_of(s) for s in shapes}
+    return {"next_n": st.next_n, "finished": [a.n for a in st.finished()], "band": st.band,
+            "tried_here": dict(st.tried_here()), "history": dict(st.history()),
+            "measurements": {s: m for s, m in meas.items() if m}, "since_measure": st.arms_since_incumbent_measure(),
+            "looks": st.looks, "failures": {k: st.failures(k) for k in st.history()},
+            "starts": {k: st.starts_at(k) for k in {a.incumbent for a in st.finished() if a.kind == "start"}},
+            "latest": st.latest_comparisons()}
 
 
 def _resolve(sealed: Shape, key: str | None, base: Shape | None, change, levers) -> tuple[Shape, tuple | None]:
@@ -235,12 +374,15 @@ def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None =
             shape = _joint(st.baseline, rec.params, levers, rec.identity) or shape
         arm = Arm(n=rec.arm, kind=rec.kind, shape=shape, change=change, incumbent=rec.incumbent, trial=rec.trial,
                   start=rec.raw)
+        replaced = st.arms.get(rec.arm)
         st.arms[rec.arm] = arm
+        st._started(arm, replaced)
         st.shapes.setdefault(arm.key, shape)
     elif isinstance(rec, ArmEnd):
         a = st.arms.get(rec.arm)
         if a is not None and a.end is None:
             a.end = rec.raw
+            st._ended(a)
             obj = (rec.score or {}).get("objective")
             if a.kind in ("baseline", "recheck") and a.key == st.incumbent_key and obj is not None:
                 st.samples.append(obj)
@@ -265,7 +407,12 @@ def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None =
         st.samples = [x for x in rec.samples if x is not None]
         st.moves.append(_real_change(st, rec.raw))
     elif isinstance(rec, Compare):
-        st.comparisons.append(_real_change(st, rec.raw))
+        r = _real_change(st, rec.raw)
+        st.comparisons.append(r)
+        if r.get("change"):
+            st.looks += 1
+            ch = r["change"]
+            st._latest[(r.get("incumbent"), ch[0], values.text_of(ch[1]))] = {**r["comparison"], "arm": r.get("arm")}
     elif isinstance(rec, Guard):
         st.guard.append(rec.raw)
     elif isinstance(rec, CampaignEnd):
