@@ -136,25 +136,12 @@ def prune_superseded(client, keep, repo: str = REPO) -> tuple[str, ...]:
     """Remove the llama-server images built for ``repo`` before ``keep`` (one per binary or
     recipe change, ~10 MB to ~100 MB each), never one a container (running or stopped) uses, nor
     a newer one (a concurrent build). Returns the tags (or short ids) removed."""
-    from podman.errors import APIError
+    from host.images import remove_unused
 
     created = _created(keep)
-    removed: list[str] = []
-    for img in client.images.list(filters={"label": LABEL}):
-        if img.id == keep.id or not _ours(img, repo) or _created(img) > created:
-            continue
-        if client.containers.list(all=True, filters={"ancestor": img.id}):
-            log.info("keeping superseded %s: a container uses it", img.tags or img.id[:12])
-            continue
-        try:
-            client.images.remove(img.id, force=False)
-        except APIError as e:
-            log.info("keeping superseded %s: %s", img.tags or img.id[:12], e)
-            continue
-        removed += img.tags or [img.id[:12]]
-    if removed:
-        log.info("pruned %d superseded llama-server image(s): %s", len(removed), ", ".join(removed))
-    return tuple(removed)
+    older = [img for img in client.images.list(filters={"label": LABEL})
+             if img.id != keep.id and _ours(img, repo) and _created(img) <= created]
+    return remove_unused(client, older, "llama-server")
 
 
 def main(argv: list[str] | None = None) -> int:

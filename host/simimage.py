@@ -160,21 +160,7 @@ def prune_superseded(client, keep_id: str) -> tuple[str, ...]:
     """Remove the simulated-engine images other than ``keep_id`` (one per source change or
     forced rebuild, ~70 MB each) that no container uses; an image a container still holds is
     left alone. Returns the tags (or short ids) removed."""
-    from podman.errors import APIError
+    from host.images import remove_unused
 
-    removed = []
-    for img in client.images.list(filters={"label": "tuner.input-hash"}):
-        if img.id == keep_id:
-            continue
-        if client.containers.list(all=True, filters={"ancestor": img.id}):
-            log.info("keeping superseded %s: a container uses it", img.tags or img.id[:12])
-            continue
-        try:
-            client.images.remove(img.id, force=False)
-        except APIError as e:
-            log.info("keeping superseded %s: %s", img.tags or img.id[:12], e)
-            continue
-        removed += img.tags or [img.id[:12]]
-    if removed:
-        log.info("pruned %d superseded simulated-engine image(s): %s", len(removed), ", ".join(removed))
-    return tuple(removed)
+    others = [img for img in client.images.list(filters={"label": "tuner.input-hash"}) if img.id != keep_id]
+    return remove_unused(client, others, "simulated-engine")
