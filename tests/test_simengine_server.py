@@ -156,6 +156,20 @@ def test_stream_shape_usage_chunk_and_done():
                    for line in logs)
 
 
+def test_stream_interval_coalesces_steps_and_keeps_ttft_text_and_rate():
+    # like vLLM's --stream-interval: the first token alone, then chunks of >= 8 tokens
+    with serving(make(decode_tok_s={0: 500.0}, spec_k=3, acceptance=0.6)) as (_, c, _):
+        one = stream(c, depth_prompt(300), 200)
+    with serving(make(decode_tok_s={0: 500.0}, spec_k=3, acceptance=0.6, stream_interval=8)) as (_, c, _):
+        few = stream(c, depth_prompt(300), 200)
+    sizes = [len(tokenizer.tokenize(ch["choices"][0]["text"])) for ch in few["chunks"]]
+    assert sizes[0] == 1 and sum(sizes) == 200 and all(n >= 8 for n in sizes[1:-1])
+    assert len(few["chunks"]) < len(one["chunks"]) / 2
+    assert few["text"] == one["text"] and few["usage"] == one["usage"] and few["finish"] == "length"
+    assert few["ttft"] == pytest.approx(one["ttft"], abs=0.05)
+    assert decode_rate(few) == pytest.approx(500.0, rel=0.06)
+
+
 @pytest.mark.parametrize("depth,expected", [(1000, 1000.0), (5000, 1500.0)])
 def test_decode_rate_from_usage_matches_interpolated_rate(depth, expected):
     # rates low enough (1-2 ms a token) that a busy 2-core machine keeps the timing honest
