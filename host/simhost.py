@@ -275,7 +275,7 @@ class SimHost:
             ctr.core = EngineCore(res.behaviour, clock=self.now, sleep=self._request_sleep,
                                   log=lambda line: ctr.killed or self._emit(ctr, line),
                                   path_map=lambda cp: str(ctr.fs.write_path(cp)),
-                                  stamp=lambda: self.stamp().strftime("%m-%d %H:%M:%S"))
+                                  stamp=lambda: self.stamp().strftime("%m-%d %H:%M:%S"), epoch=0.0)
         else:
             ctr.end = float("inf")
 

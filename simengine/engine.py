@@ -108,9 +108,10 @@ class EngineCore:
                  sleep: Callable[[float], object] = time.sleep,
                  log: Callable[[str], object] = print, closing: threading.Event | None = None,
                  path_map: Callable[[str], str] | None = None,
-                 stamp: Callable[[], str] | None = None):
+                 stamp: Callable[[], str] | None = None, epoch: float | None = None):
         check_behaviour(b)
         self.b, self.clock, self.sleep, self.log = b, clock, sleep, log
+        self.epoch = clock() if epoch is None else epoch      # where the landscape's drift starts
         self.closing, self.stamp = closing, stamp
         self.path_map = path_map or (lambda p: p)
         self.admit = threading.Semaphore(b.max_num_seqs)
@@ -227,6 +228,8 @@ class EngineCore:
         tokens = textgen.generate_tokens(ids, n, b, temperature)
         rate = textgen.decode_rate_at(b.decode_tok_s, len(ids))
         rate *= math.exp(rng.gauss(0.0, b.noise_sigma))
+        if b.drift_per_h:
+            rate *= math.exp(b.drift_per_h * (self.clock() - self.epoch) / 3600.0)
         acceptance = b.acceptance
         if b.corrupt is not None:
             rate, acceptance = rate * b.corrupt.tok_s_factor, b.corrupt.acceptance

@@ -333,6 +333,7 @@ def build_behaviour(land: Landscape, values: dict, plan: Plan, *, model: str, tp
         slab_bytes=int(round(plan.slab_mib * MIB)), resident_layers=plan.resident_layers,
         swap_layers=plan.swap_layers, expert_counters=counters, fault=fault,
         seed=int(land.get("seed", 0)), noise_seed=noise_seed, stream_interval=stream_interval,
+        drift_per_h=float(land.get("drift_per_hour", 0.0)),
     )
 
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tuner.compare import Side, compare, look_alpha
+from tuner.compare import Side, compare, estimate_drift, look_alpha
 
 DEPTHS = {"166": 30.0, "1087": 28.0, "4064": 27.0}
 
@@ -62,3 +62,38 @@ def test_the_looks_of_a_night_spend_at_most_its_error_rate(planned):
 def test_no_shared_depth_is_no_comparison():
     rng = random.Random(0)
     assert compare(Side.of([boot(rng)]), Side.of([]), alpha=0.01) is None
+
+
+def test_a_drift_over_the_night_is_fitted_and_no_longer_reads_as_an_effect():
+    """Every shape's rate rises 3 % an hour; the incumbent measured at 0-2 h, a challenger of no
+    effect at 3 h: pooled as if at once it reads +6 %, moved along the fitted drift it does not."""
+    rng = random.Random(11)
+    drift = 0.03
+
+    def at(t, factor=1.0):
+        return boot(rng, factor * math.exp(drift * t), sigma=0.01, runs=6)
+
+    t_inc = [0.0, 1.0, 2.0]
+    inc = Side.of([at(t) for t in t_inc], times=t_inc)
+    other = Side.of([at(t, 1.1) for t in (0.5, 2.5)], times=[0.5, 2.5])      # another shape, seen twice
+    t_ch = [3.0, 3.1]
+    ch = Side.of([at(t) for t in t_ch], times=t_ch)
+    d = estimate_drift([inc, other, ch])
+    assert d is not None and d.per_h == pytest.approx(drift, abs=0.006) and abs(d.per_h) > 3 * d.se
+    naive = compare(ch, inc, alpha=0.01)
+    fixed = compare(ch, inc, alpha=0.01, drift=d)
+    assert naive.verdict == "better" and naive.effect > 0.04
+    assert fixed.verdict != "better" and abs(fixed.effect) < 0.02
+    assert fixed.drift_per_h == pytest.approx(math.expm1(d.per_h))
+    assert fixed.se < naive.se       # the drift no longer inflates the incumbent's boot-to-boot spread
+    assert "drift_per_h" in fixed.to_dict() and "drift_per_h" not in naive.to_dict()
+
+
+def test_no_drift_fitted_from_noise_changes_nothing():
+    rng = random.Random(12)
+    sides = [Side.of([boot(rng) for _ in range(3)], times=[0.0, 1.0, 2.0]) for _ in range(3)]
+    d = estimate_drift(sides)
+    assert d is not None and abs(d.per_h) < 3 * d.se
+    a, b = compare(sides[0], sides[1], alpha=0.01), compare(sides[0], sides[1], alpha=0.01, drift=d)
+    assert a == b
+    assert estimate_drift([Side.of([boot(rng)], times=[0.0])]) is None        # nothing repeated: no fit
