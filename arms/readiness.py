@@ -168,8 +168,11 @@ def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
                probe: ReadinessProbe = ReadinessProbe(), model: str | None = None,
                timeout_s: float = 1200.0, hang_s: float = 600.0, poll_s: float = 1.0,
                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-               http: httpx.Client | None = None) -> ReadyResult:
+               http: httpx.Client | None = None, poll_max_s: float = 3.0) -> ReadyResult:
+    """Polls from ``poll_s`` apart, backing off (x1.5) to at most ``poll_max_s`` or 4 x poll_s:
+    a boot of minutes costs ~100 probes, not one a second, and is still seen within seconds."""
     t0 = clock()
+    delay, cap = poll_s, max(poll_s, min(poll_max_s, 4 * poll_s))
     last_size, last_growth = -1, t0
     seen = ""
     watch = BindWatch(logs)
@@ -203,7 +206,8 @@ def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
             if now - last_growth >= hang_s:
                 return ReadyResult("hang", now - t0, st,
                                    f"boot log silent for {now - last_growth:.0f} s and not ready ({seen})")
-            sleep(poll_s)
+            sleep(delay)
+            delay = min(cap, delay * 1.5)
     finally:
         if http is None:
             client.close()

@@ -219,6 +219,8 @@ def main() -> int:
                          f"{sh['reached_arms'] or sh['arms']} | {fs} | {h(e['reached_h'])} | {e['reached_arms'] or e['arms']} | "
                          f"{h(r['reached_h'])} | {r['reached_arms'] or r['arms']} |")
             print(lines[-1], flush=True)
+            if args.out:       # the rows so far: a run stopped early keeps the seeds it finished
+                Path(args.out).write_text("\n".join(lines + ["", f"(in progress: {seed + 1} of {args.seeds} seeds)"]) + "\n")
 
     names = ["tuner", "tuner, levers listed in a shuffled order", "exhaustive one-change sweep", "random search"]
     cols = range(len(names))

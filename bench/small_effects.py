@@ -218,14 +218,26 @@ def main() -> int:
     cmd = (f".venv/bin/python bench/small_effects.py --seeds {args.seeds} --first-seed {args.first_seed} --hours {args.hours:g} --at {args.at:g} "
            f"--within {args.within:g} --sweep-seeds {args.sweep_seeds} --sweep-hours {args.sweep_hours:g} "
            f"--landscapes {args.landscapes} --jobs {args.jobs}")
-    lines = [f"command: {cmd}", ""]
-    jobs = [(n, s) for n in names for s in range(args.first_seed, args.first_seed + args.seeds)]
+    jobs = [(n, s) for s in range(args.first_seed, args.first_seed + args.seeds) for n in names]
     res: dict[str, list] = {n: [] for n in names}
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
         for name, seed, a, b, s in pool.imap(run_job, jobs):
             res[name].append((seed, a, b, s))
             print(name, seed, a, b, s, flush=True)
+            if args.out:       # the table so far: a run stopped early keeps the seeds it finished
+                Path(args.out).write_text("\n".join(table(cmd, names, truths, res, args, t0, partial=True)) + "\n")
+    emit(table(cmd, names, truths, res, args, t0), args.out)
+    return 0
+
+
+def table(cmd: str, names: list[str], truths: dict, res: dict, args, t0: float, partial: bool = False) -> list[str]:
+    done = {n: len(res[n]) for n in names}
+    lines = [f"command: {cmd}", ""]
+    if partial:
+        lines += [f"(in progress: seeds finished {', '.join(f'{n} {k}' for n, k in done.items())})", ""]
     for name in names:
+        if not res[name]:
+            continue
         t = truths[name]
         rows = sorted(res[name], key=lambda r: r[0])
         start = (t.obj(t.start) or 0) / t.optimum
@@ -261,8 +273,7 @@ def main() -> int:
                          f"{statistics.median(x['arms'] for x in sw):g}")
         lines.append("")
     lines.append(f"wall time of this benchmark: {time.time() - t0:.0f} s")
-    emit(lines, args.out)
-    return 0
+    return lines
 
 
 if __name__ == "__main__":

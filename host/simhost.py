@@ -51,6 +51,11 @@ DEFAULT_TAG = "localhost/offload-tuner-simengine:sim"
 IMAGE_ENV = {"HOME": "/root", "PYTHONPATH": "/opt/simengine", "PYTHONDONTWRITEBYTECODE": "1",
              "PYTHONUNBUFFERED": "1", "PATH": "/usr/local/bin:/usr/bin:/bin"}
 IMAGE_CMD = ("/models/sim",)
+# decode steps coalesce into SSE chunks of this many tokens (vLLM's --stream-interval): the first
+# token is its own chunk and the stream ends when the last step is due, so TTFT and decode
+# (usage.completion_tokens / (wall - ttft)) are what one chunk per step gives, at a fraction of
+# the simulated HTTP's cost
+STREAM_INTERVAL = 16
 
 
 @functools.lru_cache(maxsize=1)
@@ -116,8 +121,9 @@ class SimHost:
 
     def __init__(self, images: dict[str, str] | None = None, landscape: str | None = None,
                  clock_start: float = 0.0, env: dict | None = None, workdir: str | None = None,
-                 noise_seed: int = 0):
+                 noise_seed: int = 0, stream_interval: int = STREAM_INTERVAL):
         self.noise_seed = noise_seed              # with the container's name: each boot's noise stream
+        self.stream_interval = stream_interval    # tokens per SSE chunk (the engine's default is 1)
         self._boots = itertools.count()
         self.images = dict(images) if images is not None else {DEFAULT_TAG: default_digest()}
         self.landscape = str(landscape) if landscape else None
@@ -221,6 +227,7 @@ class SimHost:
         t = [self._now]
         env = {**IMAGE_ENV, "SIMENGINE_NOISE_SEED": str(int(hashlib.sha256(
             f"{self.noise_seed}:{ctr.spec.name}:{next(self._boots)}".encode()).hexdigest()[:8], 16)),
+            "SIMENGINE_STREAM_INTERVAL": str(self.stream_interval),
             **self.env, **dict(ctr.spec.env)}
         out = _Lines(self, ctr, lambda: t[0])
         argv = ["serve", *(ctr.spec.command or IMAGE_CMD)]
@@ -268,7 +275,7 @@ class SimHost:
             ctr.core = EngineCore(res.behaviour, clock=self.now, sleep=self._request_sleep,
                                   log=lambda line: ctr.killed or self._emit(ctr, line),
                                   path_map=lambda cp: str(ctr.fs.write_path(cp)),
-                                  stamp=lambda: self.stamp().strftime("%m-%d %H:%M:%S"))
+                                  stamp=lambda: self.stamp().strftime("%m-%d %H:%M:%S"), epoch=0.0)
         else:
             ctr.end = float("inf")
 
@@ -382,11 +389,9 @@ class SimHost:
         return f"http://sim-{cid[:12]}:{port}"
 
     def http_client(self, cid: str, timeout: float = 30.0) -> httpx.Client:
-        from host.simhttp import EngineHandler
+        from host.simhttp import EngineHandler, SimClient
 
-        return httpx.Client(transport=httpx.MockTransport(EngineHandler(self, cid)),
-                            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
-                            trust_env=False)
+        return SimClient(EngineHandler(self, cid), httpx.Timeout(timeout, connect=min(timeout, 5.0)))
 
     def container_at(self, url_host: str, default: str) -> _Ctr | None:
         """The container an URL's host names (``sim-<id prefix>``; loopback: ``default``)."""

@@ -53,3 +53,7 @@ class Behaviour:
     fault: str | None = None              # SIMENGINE_FAULT: stall | no-usage | garbage | http500
     seed: int = 0                         # text: temperature-0 output is the same on every boot
     noise_seed: int = 0                   # decode noise: a new stream on every boot
+    drift_per_h: float = 0.0              # landscape drift_per_hour: rate x exp(drift x hours since epoch)
+    stream_interval: int = 1              # SIMENGINE_STREAM_INTERVAL, like vLLM's --stream-interval:
+                                          # decode steps coalesce into one SSE chunk until it holds
+                                          # this many tokens (the first token is always its own)

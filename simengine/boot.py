@@ -237,7 +237,17 @@ class Boot:
         return planner.build_behaviour(
             self.land, self.values, plan, model=ns.served_model_name or ns.model_tag, tp=ns.tensor_parallel_size,
             profiler_dir=profiler_dir, with_stack=with_stack, fault=self.env.get("SIMENGINE_FAULT") or None,
-            noise_sigma=self.noise, time_scale=self.ts, noise_seed=self._noise_seed())
+            noise_sigma=self.noise, time_scale=self.ts, noise_seed=self._noise_seed(),
+            stream_interval=self._stream_interval())
+
+    def _stream_interval(self) -> int:
+        """SIMENGINE_STREAM_INTERVAL (default 1: one SSE chunk per decode step, as vLLM's
+        --stream-interval 1); the simulated host coalesces to keep virtual nights cheap."""
+        v = self.env.get("SIMENGINE_STREAM_INTERVAL")
+        try:
+            return max(1, int(v)) if v not in (None, "") else 1
+        except ValueError:
+            return 1
 
     def _noise_seed(self) -> int:
         """SIMENGINE_NOISE_SEED when given (the simulated host sets one per container, so a night

@@ -109,9 +109,10 @@ class EngineCore:
                  sleep: Callable[[float], object] = time.sleep,
                  log: Callable[[str], object] = print, closing: threading.Event | None = None,
                  path_map: Callable[[str], str] | None = None,
-                 stamp: Callable[[], str] | None = None):
+                 stamp: Callable[[], str] | None = None, epoch: float | None = None):
         check_behaviour(b)
         self.b, self.clock, self.sleep, self.log = b, clock, sleep, log
+        self.epoch = clock() if epoch is None else epoch      # where the landscape's drift starts
         self.closing, self.stamp = closing, stamp
         self.path_map = path_map or (lambda p: p)
         self.admit = threading.Semaphore(b.max_num_seqs)
@@ -230,6 +231,8 @@ class EngineCore:
         tokens = textgen.generate_tokens(ids, n, b, temperature)
         rate = textgen.decode_rate_at(b.decode_tok_s, len(ids))
         rate *= math.exp(rng.gauss(0.0, b.noise_sigma))
+        if b.drift_per_h:
+            rate *= math.exp(b.drift_per_h * (self.clock() - self.epoch) / 3600.0)
         acceptance = b.acceptance
         if b.corrupt is not None:
             rate, acceptance = rate * b.corrupt.tok_s_factor, b.corrupt.acceptance
@@ -312,25 +315,26 @@ class EngineCore:
         yield b"data: [DONE]\n\n"
 
     def _decode(self, c: _Completion) -> Iterator[bytes]:
-        """Prefill, then the decode steps on the core's clock; returns the text (None: stalled)."""
+        """Prefill, then the decode steps on the core's clock; returns the text (None: stalled).
+
+        Steps coalesce into one chunk until it holds ``stream_interval`` tokens (vLLM's
+        --stream-interval); the first token and the last step always end a chunk, so TTFT and
+        the end of the stream fall where they would with one chunk per step."""
         b, k, n = self.b, max(0, self.b.spec_k), len(c.tokens)
         deadline = self.clock() + b.base_ttft_s + (len(c.ids) - c.cached) / b.prefill_tok_s
         with self.lock:
             self.prompt_tokens += len(c.ids)
+        every = 1 if b.fault == "garbage" else max(1, b.stream_interval)
+        last = len(c.steps) - 1
         # n tokens take n / rate after the first one arrives: spread 1/rate over the steps
         scale = n / (n - 1) if n > 1 else 1.0
-        pos, parts = 0, []
+        pos, sent, parts = 0, 0, []
         for i, (take, acc) in enumerate(c.steps):
             if i:
                 with self.lock:
                     batch = self.running
                 deadline += take / (c.rate * b.batch_efficiency ** max(0, batch - 1)) * scale
-            wait = deadline - self.clock()
-            if wait > 0:
-                self.sleep(wait)
-            piece = tok.detokenize(c.tokens[pos:pos + take])
             pos += take
-            parts.append(piece)
             with self.lock:
                 self.generation_tokens += take
                 if i and k:
@@ -340,13 +344,22 @@ class EngineCore:
                         self.accepted_per_pos[j] += 1
                 if i and self.profiling:
                     self.profile_steps += 1
+            stall = b.fault == "stall" and pos >= min(STALL_AFTER_TOKENS, n)
+            if i and i < last and pos - sent < every and not stall:
+                continue
+            wait = deadline - self.clock()
+            if wait > 0:
+                self.sleep(wait)
+            piece = tok.detokenize(c.tokens[sent:pos])
+            sent = pos
+            parts.append(piece)
             if c.stream and b.fault == "garbage" and i % 3 == 1:
                 yield b'data: {"id":"' + c.rid.encode() + b'","object":"text_compl\n\n'
             elif c.stream:
                 yield sse({**c.head, "choices": [{
                     "index": 0, "text": piece, "logprobs": None,
                     "finish_reason": c.finish if pos >= n else None, "stop_reason": None}]})
-            if b.fault == "stall" and pos >= min(STALL_AFTER_TOKENS, n):
+            if stall:
                 self.say("EngineCore_DP0", "WARNING", "shm_broadcast.py:466",
                          "No available shared memory broadcast block found in 60 seconds.")
                 if self.closing is not None:

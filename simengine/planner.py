@@ -305,7 +305,8 @@ def prefill(land: Landscape, values: dict) -> tuple[float, float]:
 
 def build_behaviour(land: Landscape, values: dict, plan: Plan, *, model: str, tp: int,
                     profiler_dir: str | None, with_stack: bool, fault: str | None,
-                    noise_sigma: float, time_scale: float, noise_seed: int = 0) -> Behaviour:
+                    noise_sigma: float, time_scale: float, noise_seed: int = 0,
+                    stream_interval: int = 1) -> Behaviour:
     rules = matching_rules(land, values)
     corrupt = None
     for r in rules:               # a noisier shape: the widest matching rule's sigma replaces the default
@@ -331,7 +332,8 @@ def build_behaviour(land: Landscape, values: dict, plan: Plan, *, model: str, tp
         profiler_with_stack=with_stack, stop_profile_hang_s=hang, tp=tp,
         slab_bytes=int(round(plan.slab_mib * MIB)), resident_layers=plan.resident_layers,
         swap_layers=plan.swap_layers, expert_counters=counters, fault=fault,
-        seed=int(land.get("seed", 0)), noise_seed=noise_seed,
+        seed=int(land.get("seed", 0)), noise_seed=noise_seed, stream_interval=stream_interval,
+        drift_per_h=float(land.get("drift_per_hour", 0.0)),
     )
 
 

@@ -16,9 +16,11 @@ The step schedule lives here too: ``decode_rate_at`` (the rate at a prompt depth
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import random
+import struct
 
 from . import tokenizer as tok
 from .behaviour import Behaviour
@@ -29,13 +31,25 @@ _END_PUNCT = (".", ".", ".", ".", ".", ".", "?", "!")
 
 def _key(prompt_ids: list[int], seed: int, variant: str) -> bytes:
     h = hashlib.sha256(f"simengine|{seed}|{variant}|".encode())
-    h.update(",".join(map(str, prompt_ids)).encode())
+    h.update(_joined(tuple(prompt_ids)))
     return h.digest()
 
 
+@functools.lru_cache(maxsize=8)
+def _joined(prompt_ids: tuple[int, ...]) -> bytes:
+    """The prompt's ids as the key hashes them (one request asks for several keys of one prompt)."""
+    return ",".join(map(str, prompt_ids)).encode()
+
+
+_QUAD = struct.Struct("<4Q")
+
+
 def _draws(key: bytes, index: int, salt: int = 0) -> tuple[float, float, float, float]:
-    d = hashlib.sha256(key + index.to_bytes(8, "little") + salt.to_bytes(4, "little")).digest()
-    return tuple(int.from_bytes(d[i:i + 8], "little") / _TWO64 for i in range(0, 32, 8))
+    a, b, c, d = _QUAD.unpack(hashlib.sha256(key + _IDX.pack(index, salt)).digest())
+    return a / _TWO64, b / _TWO64, c / _TWO64, d / _TWO64
+
+
+_IDX = struct.Struct("<QI")
 
 
 def _word(u: float, v: float, space: bool, capital: bool) -> int:
@@ -69,6 +83,13 @@ def _next(state: tuple, d: tuple[float, float, float, float]) -> tuple[int, tupl
 
 
 def _stream(ref_key: bytes, own_key: bytes, diverge_after: int, n: int) -> list[int]:
+    return list(_stream_of(ref_key, own_key, diverge_after, n))
+
+
+@functools.lru_cache(maxsize=256)
+def _stream_of(ref_key: bytes, own_key: bytes, diverge_after: int, n: int) -> tuple[int, ...]:
+    """The token stream (a pure function of its keys: the same prompt on every boot of a
+    night asks for it again, so recent streams are kept)."""
     out: list[int] = []
     state = _START
     for i in range(n):
@@ -84,7 +105,7 @@ def _stream(ref_key: bytes, own_key: bytes, diverge_after: int, n: int) -> list[
                     salt += 1
         out.append(t)
         state = state_next
-    return out
+    return tuple(out)
 
 
 def _loop(key: bytes, n: int) -> list[int]:

@@ -104,6 +104,8 @@ def tokenize(text: str) -> list[int]:
 
 def check_ids(ids: list[int]) -> None:
     """Raise ValueError unless every id is an int in ``range(vocab_size)``."""
+    if not ids or set(map(type, ids)) == {int} and 0 <= min(ids) and max(ids) < vocab_size:
+        return                     # the common case, at C speed (bools are not of type int)
     for t in ids:
         if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size:
             raise ValueError(f"token id {t!r} is out of vocabulary (vocab_size {vocab_size})")

@@ -88,7 +88,7 @@ def parse_completion(body: dict, max_model_len: int) -> tuple[list[int], int, fl
         prompt = prompt[0]
     if isinstance(prompt, str):
         ids = tok.tokenize(prompt)
-    elif isinstance(prompt, list) and all(type(t) is int for t in prompt):
+    elif isinstance(prompt, list) and set(map(type, prompt)) <= {int}:
         tok.check_ids(prompt)
         ids = list(prompt)
     else:

@@ -149,3 +149,18 @@ def test_an_undecided_challenger_gets_another_boot_and_a_decided_night_is_spent_
     _cmp(j, n, ("max-num-seqs", 2), "parity", 0.0, -0.005, -0.001, boots=2)
     p = propose(j.state(), LEVERS, recheck_every=0)
     assert p.kind == "start"                                                      # the closing head-to-head
+
+
+def test_the_incumbents_telemetry_points_at_prefetch_when_its_precision_is_low(tmp_path):
+    """The arm's telemetry record as arms.telemetry writes it (report.summary.precision)."""
+    j = J(tmp_path)
+    tel = {"status": "ok", "report": {"summary": {"precision": 0.36, "hit_rate": 0.9}, "ranks": {}}}
+    j.arm("baseline", verdict="baseline", obj=26.0, telemetry=tel)
+    j.arm("recheck", verdict="recheck", obj=26.2, telemetry=tel)
+    levers = {k: LEVERS[k] for k in ("max-num-seqs", "env.R4D_LRU_GATHER_CHUNKS", "expert-prefetch")}
+    first = candidates(j.state(), levers)[0]
+    assert first[1] == "expert-prefetch" and "prefetch precision 36%" in first[3]
+    j2 = J(tmp_path / "b")
+    j2.arm("baseline", verdict="baseline", obj=26.0)
+    j2.arm("recheck", verdict="recheck", obj=26.2)
+    assert candidates(j2.state(), levers)[0][1] == "max-num-seqs"           # no telemetry: listing order

@@ -156,6 +156,38 @@ def test_stream_shape_usage_chunk_and_done():
                    for line in logs)
 
 
+def test_stream_interval_coalesces_steps_and_keeps_ttft_text_and_rate():
+    """Like vLLM's --stream-interval: the first token alone, then chunks of >= 8 tokens; on a
+    virtual clock, the first and the last text chunk arrive when they do with one chunk a step."""
+    from simengine.engine import EngineCore, route
+
+    def run(every):
+        now = [0.0]
+        core = EngineCore(make(decode_tok_s={0: 500.0}, spec_k=3, acceptance=0.6, stream_interval=every),
+                          clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s), log=lambda line: None)
+        body = {"prompt": depth_prompt(300), "max_tokens": 200, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
+        resp = route(core, "POST", "/v1/completions", json.dumps(body).encode())
+        out = []
+        for raw in resp.chunks:
+            data = raw.decode()[len("data: "):].strip()
+            if data != "[DONE]":
+                out.append((now[0], json.loads(data)))
+        return [(t, c) for t, c in out if c["choices"]], out[-1][1]["usage"]
+
+    one, usage_one = run(1)
+    few, usage_few = run(8)
+    sizes = [len(tokenizer.tokenize(c["choices"][0]["text"])) for _, c in few]
+    assert sizes[0] == 1 and sum(sizes) == 200 and all(n >= 8 for n in sizes[1:-1])
+    assert len(few) < len(one) / 2
+    text = lambda xs: "".join(c["choices"][0]["text"] for _, c in xs)      # noqa: E731
+    assert text(few) == text(one) and usage_few == usage_one == {"prompt_tokens": 300, "total_tokens": 500,
+                                                                 "completion_tokens": 200}
+    assert few[0][0] == one[0][0] and few[-1][0] == pytest.approx(one[-1][0], rel=1e-9)   # TTFT, end
+    assert few[-1][1]["choices"][0]["finish_reason"] == "length"
+    assert 200 / (few[-1][0] - few[0][0]) == pytest.approx(500.0, rel=0.02)
+
+
 @pytest.mark.parametrize("depth,expected", [(1000, 1000.0), (5000, 1500.0)])
 def test_decode_rate_from_usage_matches_interpolated_rate(depth, expected):
     # rates low enough (1-2 ms a token) that a busy 2-core machine keeps the timing honest

@@ -16,6 +16,16 @@ chance that a night promotes any change that is not truly better is at most alph
 number of comparisons. Dropping a challenger (worse, or parity: it cannot be worth the minimum
 effect) is tested at a fixed ``drop_alpha`` per look: a wrong drop costs a missed gain, never a
 false promotion, and the night re-examines the closest drops while it has budget.
+
+Drift. On one GPU two engines cannot run at once, so the incumbent and its challengers take
+turns: the incumbent is re-measured between challengers (``noise.recheck_every``), and every
+shape measured on two boots or more shows how the same shape's rate moved with the clock. A
+slow drift (thermals, other tenants) would otherwise read as an effect: a challenger measured
+an hour after the incumbent's boots gains the hour's drift. ``estimate_drift`` fits one slope
+per hour to every shape's boots (each shape its own level); when the slope is clearly there
+(|slope| > ``DRIFT_Z`` standard errors), each boot's runs are moved to a common time before the
+test, and the slope's own uncertainty, times the gap between the two sides' times, joins the
+standard error.
 """
 from __future__ import annotations
 
@@ -26,6 +36,7 @@ from statistics import NormalDist
 
 _N = NormalDist()
 SIGMA_FLOOR = 0.004        # a relative sigma below this is not believed (three identical runs)
+DRIFT_Z = 2.0              # a drift is corrected for once its slope is this many standard errors from 0
 
 
 def runs_by_depth(measurement: dict | None, depth: int | None = None) -> dict[str, list[float]]:
@@ -46,10 +57,26 @@ class Side:
     """One shape's evidence: its boots, each {depth: [log rates]}."""
 
     boots: tuple[dict, ...]
+    times: tuple[float, ...] = ()      # hours: when each boot measured (empty: not known)
 
     @classmethod
-    def of(cls, measurements: list[dict | None], depth: int | None = None) -> "Side":
-        return cls(tuple(b for b in (runs_by_depth(m, depth) for m in measurements) if b))
+    def of(cls, measurements: list[dict | None], depth: int | None = None,
+           times: list[float] | None = None) -> "Side":
+        if times is not None and len(times) != len(measurements):
+            times = None                    # not one time per boot: the times are not used
+        pairs = [(runs_by_depth(m, depth), t) for m, t in
+                 zip(measurements, times if times is not None else [None] * len(measurements))]
+        pairs = [(b, t) for b, t in pairs if b]
+        known = times is not None and all(t is not None for _, t in pairs)
+        return cls(tuple(b for b, _ in pairs), tuple(t for _, t in pairs) if known else ())
+
+    def common_depths(self) -> list[str]:
+        return sorted(set.intersection(*(set(b) for b in self.boots))) if self.boots else []
+
+    def shifted(self, per_h: float, t0: float) -> "Side":
+        """Every boot's runs moved to time ``t0`` along a drift of ``per_h`` (log rate per hour)."""
+        return Side(tuple({d: [x - per_h * (t - t0) for x in xs] for d, xs in b.items()}
+                          for b, t in zip(self.boots, self.times)), tuple(t0 for _ in self.times))
 
     def pooled(self) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
@@ -78,6 +105,38 @@ class Side:
 
 
 @dataclass(frozen=True)
+class Drift:
+    per_h: float              # log decode rate per hour, every shape alike
+    se: float
+    boots: int                # boots it was fitted to
+    shapes: int
+
+
+def estimate_drift(sides: list[Side]) -> Drift | None:
+    """One slope over time fitted to every shape's boot means (each shape its own level: the
+    within-shape regression), None with too few repeated shapes to fit one."""
+    pts: list[tuple[float, float]] = []
+    shapes = 0
+    for s in sides:
+        if len(s.boots) < 2 or len(s.times) != len(s.boots):
+            continue
+        depths = s.common_depths()
+        if not depths:
+            continue
+        ys = s.boot_means(depths)
+        tm, ym = statistics.fmean(s.times), statistics.fmean(ys)
+        pts += [(t - tm, y - ym) for t, y in zip(s.times, ys)]
+        shapes += 1
+    sxx = sum(t * t for t, _ in pts)
+    df = len(pts) - shapes - 1
+    if shapes == 0 or df < 1 or sxx <= 1e-12:
+        return None
+    b = sum(t * y for t, y in pts) / sxx
+    rss = sum((y - b * t) ** 2 for t, y in pts)
+    return Drift(b, math.sqrt(rss / df / sxx), len(pts), shapes)
+
+
+@dataclass(frozen=True)
 class Comparison:
     effect: float             # relative effect, challenger / incumbent - 1 (geomean over depths)
     se: float                 # standard error of the log effect
@@ -91,16 +150,47 @@ class Comparison:
     boot_level: bool          # the boot-to-boot standard error was the larger
     verdict: str              # better | worse | parity | undecided
     why: str
+    drift_per_h: float | None = None    # the drift corrected for (relative per hour), None: none seen
 
     def to_dict(self) -> dict:
         d = asdict(self)
         for k in ("effect", "se", "lo", "hi"):
             d[k] = round(d[k], 6)
+        if self.drift_per_h is None:
+            d.pop("drift_per_h")
+        else:
+            d["drift_per_h"] = round(self.drift_per_h, 6)
         d["sigma"] = [None if s is None else round(s, 5) for s in self.sigma]
         return d
 
     def interval_text(self) -> str:
         return f"{self.effect:+.1%} [{self.lo:+.1%}, {self.hi:+.1%}]"
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (one-sided ``p``) for ``df`` degrees of freedom: exact for 1 and 2,
+    else the Cornish-Fisher expansion in 1/df (Abramowitz & Stegun 26.7.5; it errs on the wide
+    side at few df and tiny tails). The estimated variances of a handful of runs are not known
+    variances: at a night's per-look error rates (1e-3 and below) the normal quantile would
+    promote zero effects far more often than the stated rate."""
+    z = _N.inv_cdf(p)
+    if df >= 1e6:
+        return z
+    if df < 2.5:
+        if df < 1.5:
+            return math.tan(math.pi * (p - 0.5))
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    g = ((z ** 3 + z) / 4, (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96,
+         (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384,
+         (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160)
+    return z + sum(gi / df ** (i + 1) for i, gi in enumerate(g))
+
+
+def _welch_df(parts: list[tuple[float, int]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of variance terms (term, its sample size)."""
+    num = sum(v for v, _ in parts) ** 2
+    den = sum(v * v / (n - 1) for v, n in parts if n > 1)
+    return num / den if den > 0 else 1e6
 
 
 def look_alpha(alpha: float, k: int, planned: int) -> float:
@@ -110,28 +200,37 @@ def look_alpha(alpha: float, k: int, planned: int) -> float:
 
 
 def compare(challenger: Side, incumbent: Side, *, alpha: float, drop_alpha: float = 0.05,
-            min_effect: float = 0.02) -> Comparison | None:
-    """The test over every sample so far; None when the two sides share no depth with 2+ runs."""
+            min_effect: float = 0.02, drift: Drift | None = None) -> Comparison | None:
+    """The test over every sample so far; None when the two sides share no depth with 2+ runs.
+    ``drift``: the night's drift (``estimate_drift``), corrected for when it is clearly there."""
+    drift_var, drift_per_h = 0.0, None
+    if drift is not None and challenger.times and incumbent.times and abs(drift.per_h) > DRIFT_Z * drift.se:
+        t0 = statistics.fmean(incumbent.times)
+        gap = statistics.fmean(challenger.times) - t0
+        challenger, incumbent = challenger.shifted(drift.per_h, t0), incumbent.shifted(drift.per_h, t0)
+        drift_var, drift_per_h = (drift.se * gap) ** 2, math.expm1(drift.per_h)
     pc, pi = challenger.pooled(), incumbent.pooled()
     depths = sorted(d for d in pc if d in pi and len(pc[d]) >= 2 and len(pi[d]) >= 2)
     if not depths:
         return None
-    diffs, var = [], 0.0
+    diffs, var, parts = [], 0.0, []
     for d in depths:
         vc = max(statistics.variance(pc[d]), SIGMA_FLOOR ** 2)
         vi = max(statistics.variance(pi[d]), SIGMA_FLOOR ** 2)
         diffs.append(statistics.fmean(pc[d]) - statistics.fmean(pi[d]))
         var += vc / len(pc[d]) + vi / len(pi[d])
+        parts += [(vc / len(pc[d]), len(pc[d])), (vi / len(pi[d]), len(pi[d]))]
+    df = _welch_df(parts)
     D = len(depths)
     log_eff = sum(diffs) / D
-    se = math.sqrt(var) / D
+    se = math.hypot(math.sqrt(var) / D, math.sqrt(drift_var)) if drift_var else math.sqrt(var) / D
     boot_level = False
     bc, bi = challenger.boot_means(depths), incumbent.boot_means(depths)
     if len(bc) >= 2 and len(bi) >= 2:
-        se_b = math.sqrt(statistics.variance(bc) / len(bc) + statistics.variance(bi) / len(bi))
+        se_b = math.sqrt(statistics.variance(bc) / len(bc) + statistics.variance(bi) / len(bi) + drift_var)
         if se_b > se:
-            se, boot_level = se_b, True
-    z_up = _N.inv_cdf(1 - alpha)
+            se, boot_level = se_b, True    # a floor from the boots; the degrees of freedom stay the runs'
+    z_up = t_quantile(1 - alpha, df)
     z_drop = _N.inv_cdf(1 - drop_alpha)
     lo, hi = math.expm1(log_eff - z_up * se), math.expm1(log_eff + z_drop * se)
     eff = math.expm1(log_eff)
@@ -145,4 +244,4 @@ def compare(challenger: Side, incumbent: Side, *, alpha: float, drop_alpha: floa
         verdict, why = "undecided", f"interval [{lo:+.1%}, {hi:+.1%}] straddles 0"
     return Comparison(eff, se, lo, hi, alpha, drop_alpha, (challenger.runs, incumbent.runs),
                       (len(challenger.boots), len(incumbent.boots)), (challenger.spread(), incumbent.spread()),
-                      boot_level, verdict, why)
+                      boot_level, verdict, why, drift_per_h)

@@ -22,7 +22,7 @@ from arms.profiles import EngineProfile
 from arms.secrets import Sealer
 
 from .arm_runner import ArmRunner
-from .compare import Side, compare, look_alpha
+from .compare import Side, compare, estimate_drift, look_alpha
 from .sampler import OneChangeSampler, told_as, trial_of
 from .sampler import tell as sampler_tell
 from . import values
@@ -60,6 +60,7 @@ class CampaignLoop:
         self.deadline, self.max_arms, self.force = deadline, max_arms, force_resume
         self.stop = stop or (lambda: False)
         self.on_arm = on_arm
+        self.drift_correction = False       # compare.estimate_drift: off, bench/results/drift.md says why
         folder = camp.folder
         folder.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(folder / "journal.jsonl", clock=host.wall, sealer=Sealer.of(camp.baseline, camp.raw))
@@ -224,11 +225,20 @@ class CampaignLoop:
         """The comparison of ``shape`` (its boots so far, plus ``extra``) against the incumbent
         (or ``against``), at the next promotion look's error rate."""
         ref = st.incumbent if against is None else against
-        side_c = Side.of(st.measurements_of(shape) + ([extra] if extra else []), self._depth())
-        side_i = Side.of(st.measurements_of(ref), self._depth())
+        drift, times_c, times_i = None, None, None
+        if self.drift_correction:
+            boots = st.measured_boots()
+            drift = estimate_drift([Side.of([m for _, m in b], self._depth(), [t for t, _ in b])
+                                    for b in boots.values()])
+            if drift is not None:
+                tc = [t for t, _ in boots.get(shape.key(), [])]
+                times_c = tc + ([self.host.wall() / 3600.0] if extra else [])
+                times_i = [t for t, _ in boots.get(ref.key(), [])]
+        side_c = Side.of(st.measurements_of(shape) + ([extra] if extra else []), self._depth(), times_c)
+        side_i = Side.of(st.measurements_of(ref), self._depth(), times_i)
         k = st.looks + 1
         return compare(side_c, side_i, alpha=look_alpha(self.error_rate, k, self._planned_looks()),
-                       min_effect=self.camp.search.min_effect), k
+                       min_effect=self.camp.search.min_effect, drift=drift), k
 
     def _extender(self, st: State, p: Proposal, shape):
         """How many more runs per depth this boot measures: the incumbent and the starting shape

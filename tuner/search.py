@@ -39,7 +39,9 @@ BOOTS_CAP = 3            # boots of one challenger at one incumbent before it is
 REEXAMINE_CAP = 5        # ... while the night re-examines weak evidence
 HEAD_TO_HEAD = 3         # boots of the starting shape in the closing head-to-head
 PRIOR_SIGMA = 0.05       # an untried change: mean 0, this sigma
+RETRY_SIGMA = 0.03       # a change that failed for memory, retried once the plan moved: less likely to pay
 CARRY_SIGMA = 0.02       # added (in quadrature) to a carried estimate: the effect may interact
+INTERACTION = 0.1        # ... plus this much per unit of |log effect| the incumbent moved since
 CAPACITY = re.compile(r"(max-model-len|kv-cache|max-num-seqs|gpu-memory-utilization|precise-memory|ctx-size|"
                       r"cache-type|parallel|n-cpu-moe|n-gpu-layers)")
 PREFETCH = re.compile(r"prefetch", re.I)
@@ -84,8 +86,7 @@ def evidence(state: State, name: str) -> tuple[float, str]:
     sc = state.incumbent_score
     if sc is not None and not sc.feasible and CAPACITY.search(name):
         return 0.05, "the incumbent misses a constraint: a capacity lever"
-    tel = end.get("telemetry") or {}
-    prec = (tel.get("report") or tel).get("prefetch_precision") if isinstance(tel, dict) else None
+    prec = prefetch_precision(end.get("telemetry"))
     if prec is not None and prec < 0.5 and PREFETCH.search(name):
         return 0.05, f"prefetch precision {prec:.0%}"
     acc = (end.get("measurement") or {}).get("acceptance")
@@ -95,6 +96,15 @@ def evidence(state: State, name: str) -> tuple[float, str]:
     if last and last.get("change") and last["change"][0] == name:
         return 0.02, "its neighbour value just won"
     return 0.0, ""
+
+
+def prefetch_precision(tel) -> float | None:
+    """The expert cache's prefetch precision from an arm's telemetry window (arms.telemetry's
+    record: report.summary.precision), None without one."""
+    rep = (tel or {}).get("report") if isinstance(tel, dict) else None
+    summary = (rep or {}).get("summary") if isinstance(rep, dict) else None
+    prec = (summary or {}).get("precision") if isinstance(summary, dict) else None
+    return prec if isinstance(prec, (int, float)) and not isinstance(prec, bool) else None
 
 
 def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str, object, str]]:
@@ -134,14 +144,14 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
             earlier = [k for k in cmp if k[1] == name and k[2] == vt]
             if earlier:
                 c = cmp[earlier[-1]]
-                mu, sigma = c["effect"], math.hypot(c["se"], CARRY_SIGMA + 0.25 * drift_since(state, c.get("arm")))
+                mu, sigma = c["effect"], math.hypot(c["se"], CARRY_SIGMA + INTERACTION * drift_since(state, c.get("arm")))
                 why = f"{c['verdict']} at an earlier incumbent ({c['effect']:+.1%})"
             elif past and boot_classes & MEMORY:
                 moved = [m for m in state.moves if m.get("arm", -1) > past[-1].n and m.get("change")
                          and CAPACITY.search(m["change"][0])]
-                if moved:                       # the memory plan changed since: as good as untried
+                if moved:                       # the memory plan changed since: worth a retry, after the untried
                     mu, why_e = evidence(state, name)
-                    sigma, why = PRIOR_SIGMA, f"memory failure before {moved[-1]['change'][0]} moved" + \
+                    sigma, why = RETRY_SIGMA, f"memory failure before {moved[-1]['change'][0]} moved" + \
                         (f" ({why_e})" if why_e else "")
                 else:
                     mu, sigma, why = -0.02, 0.02, "memory failure at an earlier incumbent"

@@ -146,6 +146,16 @@ class State:
         (the comparison, with its ``arm``)."""
         return dict(self._latest)
 
+    def measured_boots(self) -> dict[str, list[tuple[float, dict]]]:
+        """Shape key -> (hours on the journal's clock when the arm ended, measurement) of each of
+        its measured, uncorrupted boots, in order (what ``measurements_of`` returns, timed)."""
+        out: dict[str, list[tuple[float, dict]]] = {}
+        for a in sorted(self.finished(), key=lambda a: a.n):
+            m = (a.end or {}).get("measurement")
+            if m and a.verdict != "corrupt" and m.get("outcome") == "measured" and a.end.get("t") is not None:
+                out.setdefault(a.key, []).append((a.end["t"] / 3600.0, m))
+        return out
+
     def arms_since_incumbent_measure(self) -> int:
         last = self._last_measure.get(self.incumbent_key)
         return len(self._done_n) - (0 if last is None else bisect.bisect_right(self._done_n, last))
