@@ -6,6 +6,19 @@ import logging
 log = logging.getLogger("tuner.host.images")
 
 
+def labelled(client, label: str) -> list:
+    """The images carrying ``label``; [] (logged) when podman cannot list them, e.g. while another
+    client removes one mid-list ("retrieving size of image ...: image not known"): pruning is
+    housekeeping and never fails a build."""
+    from podman.errors import APIError
+
+    try:
+        return client.images.list(filters={"label": label})
+    except APIError as e:
+        log.info("not pruning superseded images this time: podman could not list them (%s)", e)
+        return []
+
+
 def remove_unused(client, images, what: str) -> tuple[str, ...]:
     """Remove each of ``images`` (podman-py Image objects) that no container, running or stopped,
     uses; one podman refuses (in use by now, a race) is kept and logged. ``what`` names them in

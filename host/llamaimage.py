@@ -136,10 +136,10 @@ def prune_superseded(client, keep, repo: str = REPO) -> tuple[str, ...]:
     """Remove the llama-server images built for ``repo`` before ``keep`` (one per binary or
     recipe change, ~10 MB to ~100 MB each), never one a container (running or stopped) uses, nor
     a newer one (a concurrent build). Returns the tags (or short ids) removed."""
-    from host.images import remove_unused
+    from host.images import labelled, remove_unused
 
     created = _created(keep)
-    older = [img for img in client.images.list(filters={"label": LABEL})
+    older = [img for img in labelled(client, LABEL)
              if img.id != keep.id and _ours(img, repo) and _created(img) <= created]
     return remove_unused(client, older, "llama-server")
 

@@ -158,9 +158,13 @@ def ensure_image(client, rebuild: bool = False) -> SimImage:
 
 def prune_superseded(client, keep_id: str) -> tuple[str, ...]:
     """Remove the simulated-engine images other than ``keep_id`` (one per source change or
-    forced rebuild, ~70 MB each) that no container uses; an image a container still holds is
-    left alone. Returns the tags (or short ids) removed."""
-    from host.images import remove_unused
+    forced rebuild, ~70 MB each) that no container uses; an image a container still holds, or
+    another build of the same sources, is left alone. Returns the tags (or short ids) removed."""
+    from host.images import labelled, remove_unused
 
-    others = [img for img in client.images.list(filters={"label": "tuner.input-hash"}) if img.id != keep_id]
+    mine = labelled(client, "tuner.input-hash")
+    same = {(img.attrs.get("Labels") or {}).get("tuner.input-hash") for img in mine if img.id == keep_id}
+    # another build of the same sources (a second tuner building at the same moment) is not superseded
+    others = [img for img in mine if img.id != keep_id and (img.attrs.get("Labels") or {}).get("tuner.input-hash")
+              not in same]
     return remove_unused(client, others, "simulated-engine")
