@@ -88,7 +88,8 @@ class ReadinessProbe:
     expect_models: tuple[str, ...] = ()   # names the booted engine serves under (empty: not checked)
 
 
-WRONG_MODEL = "wrong model: "
+class WrongEngine(Exception):
+    """The server answering serves another model than the one booted (the message says which)."""
 
 
 def served_names(body: object) -> list[str]:
@@ -132,7 +133,8 @@ def wrong_model(client: httpx.Client, base_url: str, probe: ReadinessProbe) -> s
 
 
 def probe_once(client: httpx.Client, base_url: str, probe: ReadinessProbe, model: str | None) -> tuple[bool, str]:
-    """One readiness check; (ready, what was seen)."""
+    """One readiness check; (ready, what was seen). Raises WrongEngine when the server that
+    answers serves another model (it is never sent a completion)."""
     try:
         r = httpio.get(client, base_url + probe.health_path)
     except httpx.HTTPError as e:
@@ -141,7 +143,7 @@ def probe_once(client: httpx.Client, base_url: str, probe: ReadinessProbe, model
         return False, f"health: HTTP {r.status_code}{_snippet(r)}"
     wrong = wrong_model(client, base_url, probe)
     if wrong:                     # not ours: never send it a completion
-        return False, WRONG_MODEL + wrong
+        raise WrongEngine(wrong)
     body = {"prompt": probe.prompt, "max_tokens": probe.max_tokens, "temperature": 0}
     if model:
         body["model"] = model
@@ -186,9 +188,10 @@ def wait_ready(host: Host, cid: str, base_url: str, logs: LogFollower, *,
             bind = watch.check()
             if bind:
                 return ReadyResult("port-in-use", now - t0, st, bind)
-            ok, seen = probe_once(client, base_url, probe, model)
-            if seen.startswith(WRONG_MODEL):
-                return ReadyResult("port-in-use", clock() - t0, host.state(cid), seen[len(WRONG_MODEL):])
+            try:
+                ok, seen = probe_once(client, base_url, probe, model)
+            except WrongEngine as e:
+                return ReadyResult("port-in-use", clock() - t0, host.state(cid), str(e))
             if ok:                    # the answer counts only if our container still runs and bound
                 st = host.state(cid)
                 if st.exited:
