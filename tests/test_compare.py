@@ -111,3 +111,64 @@ def test_t_quantiles_and_few_runs_need_more_than_the_normal_bound():
     c = compare(ch, inc, alpha=0.001)
     z_lo = math.expm1(math.log1p(c.effect) - 3.09 * c.se)
     assert z_lo > 0 and c.verdict != "better"
+
+
+def test_a_looks_rate_is_split_over_every_test_of_its_growing_boot():
+    """The loop tests a boot after every batch of runs and stops once it is decided: each of
+    those tests could promote, so each runs at the look's rate over the cap."""
+    from tuner.loop import EXTEND_CAP
+
+    for k in (1, 7, 40):
+        whole = look_alpha(0.01, k, 60)
+        assert look_alpha(0.01, k, 60, peeks=EXTEND_CAP) == pytest.approx(whole / EXTEND_CAP)
+    total = sum(look_alpha(0.01, k, 60, peeks=EXTEND_CAP) * EXTEND_CAP for k in range(1, 200000))
+    assert total <= 0.01
+
+
+def test_each_sides_variance_is_pooled_over_its_depths():
+    """Three runs per depth give each depth's variance 2 degrees of freedom, and a sum of such
+    estimates has tails far heavier than a t quantile; the side's relative sigma pooled over its
+    depths has runs - depths: the test reads t at the Welch degrees of freedom of the two pooled
+    variances."""
+    from tuner.compare import t_quantile
+
+    rng = random.Random(21)
+    inc_m = [boot(rng, runs=6) for _ in range(2)]
+    ch_m = [boot(rng, 1.0, runs=3)]
+    c = compare(Side.of(ch_m), Side.of(inc_m), alpha=0.001)
+    D = len(DEPTHS)
+
+    def pooled(ms, runs):
+        logs = {d: [math.log(x["decode_tok_s"]) for m in ms for x in m["depths"][d]["runs"]] for d in DEPTHS}
+        ss = sum(sum((x - sum(xs) / len(xs)) ** 2 for x in xs) for xs in logs.values())
+        dof = sum(len(xs) - 1 for xs in logs.values())
+        return ss / dof * D / runs / D ** 2, dof
+
+    (vc, dc), (vi, di) = pooled(ch_m, 3), pooled(inc_m, 12)
+    assert (dc, di) == (6, 33)
+    assert c.se == pytest.approx(math.sqrt(vc + vi), rel=1e-9)
+    df = (vc + vi) ** 2 / (vc * vc / dc + vi * vi / di)
+    t_used = (math.log1p(c.effect) - math.log1p(c.lo)) / c.se
+    assert t_used == pytest.approx(t_quantile(0.999, df), rel=1e-6)
+    assert c.sigma[0] == pytest.approx(Side.of(ch_m).spread())
+
+
+def test_a_run_something_else_stalled_is_left_out_and_counted():
+    """A real llama-server night on a shared host: one run of 64 tokens took two minutes (0.53
+    tok/s against its siblings' 72); kept, its log is a variance no effect clears and every
+    comparison of the night ended undecided. Left out (x3 from its boot's median), a clear
+    -40 % is worse again, and the comparison says how many runs it left out."""
+    rng = random.Random(31)
+    inc = [boot(rng, runs=4) for _ in range(3)]
+    inc[1]["depths"]["1087"]["runs"][3]["decode_tok_s"] = 0.53
+    slow = Side.of([boot(rng, 0.6, runs=4) for _ in range(3)])
+    c = compare(slow, Side.of(inc), alpha=0.001)
+    assert c.verdict == "worse" and c.disturbed == (0, 1) and c.to_dict()["disturbed"] == [0, 1]
+    assert c.runs == (36, 35)
+    kept = Side(tuple({d: [math.log(x["decode_tok_s"]) for x in r["runs"]] for d, r in m["depths"].items()}
+                      for m in inc))
+    assert compare(slow, kept, alpha=0.001).se > 4 * c.se      # what the stalled run did to the interval
+    # two runs, or a 2x spread: nothing is left out
+    assert Side.of([{"depths": {"166": {"runs": [{"valid": True, "decode_tok_s": x} for x in (30.0, 0.5)]}}}]).disturbed == 0
+    assert Side.of([{"depths": {"166": {"runs": [{"valid": True, "decode_tok_s": x} for x in (30.0, 31.0, 16.0)]}}}]).disturbed == 0
+    assert "disturbed" not in compare(slow, slow, alpha=0.001).to_dict()

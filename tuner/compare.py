@@ -9,11 +9,14 @@ assumed away). The effect is the geometric mean over depths of the challenger/in
 the objective ``decode_geomean`` compares.
 
 Error rate. A promotion is a one-sided test that the effect is > 0. The night spends a family
-error rate ``alpha`` (noise.error_rate, default 0.05) over all of its promotion looks: the k-th
-look of the night is run at alpha_k = alpha * L / ((k + L - 1)(k + L)), which sums to alpha over
-any number of looks (L, the planned looks, spreads it; more looks only get stricter), so the
-chance that a night promotes any change that is not truly better is at most alpha, whatever the
-number of comparisons. Dropping a challenger (worse, or parity: it cannot be worth the minimum
+error rate ``alpha`` (noise.error_rate, default ``ERROR_RATE``) over all of its promotion looks:
+the k-th look of the night is run at alpha_k = alpha * L / ((k + L - 1)(k + L)), which sums to
+alpha over any number of looks (L, the planned looks, spreads it; more looks only get stricter),
+and a look whose boot may be tested up to P times as its runs grow (the loop's extension cap)
+runs each test at alpha_k / P. So the chance that a night promotes any change that is not truly
+better is at most alpha, whatever the number of comparisons and however often a boot is peeked
+at (bench/results/false_promotions.md measures it: without the split the peeks made a look's
+real error rate 2.7x its stated one). Dropping a challenger (worse, or parity: it cannot be worth the minimum
 effect) is tested at a fixed ``drop_alpha`` per look: a wrong drop costs a missed gain, never a
 false promotion, and the night re-examines the closest drops while it has budget.
 
@@ -35,12 +38,23 @@ from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
 _N = NormalDist()
+ERROR_RATE = 0.01          # noise.error_rate's default: the chance a night promotes anything not truly better
+DISTURBED = math.log(3)    # a run this far from its boot's median rate at its depth was disturbed
 SIGMA_FLOOR = 0.004        # a relative sigma below this is not believed (three identical runs)
 DRIFT_Z = 2.0              # a drift is corrected for once its slope is this many standard errors from 0
 
 
 def runs_by_depth(measurement: dict | None, depth: int | None = None) -> dict[str, list[float]]:
-    """{depth: [log decode tok/s of each valid run]} of one measurement (to_dict form)."""
+    """{depth: [log decode tok/s of each valid, undisturbed run]} of one measurement (to_dict form)."""
+    return {d: kept for d, xs in _valid_logs(measurement, depth).items() if (kept := undisturbed(xs))}
+
+
+def disturbed_runs(measurement: dict | None, depth: int | None = None) -> int:
+    """How many valid runs of one measurement ``undisturbed`` leaves out."""
+    return sum(len(xs) - len(undisturbed(xs)) for xs in _valid_logs(measurement, depth).values())
+
+
+def _valid_logs(measurement: dict | None, depth: int | None) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for d, r in ((measurement or {}).get("depths") or {}).items():
         if depth is not None and int(d) != depth:
@@ -52,12 +66,27 @@ def runs_by_depth(measurement: dict | None, depth: int | None = None) -> dict[st
     return out
 
 
+def undisturbed(xs: list[float]) -> list[float]:
+    """The log rates of one boot at one depth without the runs something else disturbed: a run
+    more than ``DISTURBED`` (x3 either way) from the median of its three or more siblings. A
+    host that stalls one request for two minutes (another tenant, reclaim, a hypervisor) gives a
+    run at 1 % of the others' rate; in log space that one run is a variance no effect can clear,
+    and a whole night's comparisons end undecided. Noise never moves one run threefold (a 6 %
+    sigma would need 18 sigma); a shape that really is that erratic keeps at most one run in
+    three out and is still judged on the rest."""
+    if len(xs) < 3:
+        return xs
+    med = statistics.median(xs)
+    return [x for x in xs if abs(x - med) <= DISTURBED]
+
+
 @dataclass(frozen=True)
 class Side:
     """One shape's evidence: its boots, each {depth: [log rates]}."""
 
     boots: tuple[dict, ...]
     times: tuple[float, ...] = ()      # hours: when each boot measured (empty: not known)
+    disturbed: int = 0                 # valid runs left out as disturbed (``undisturbed``)
 
     @classmethod
     def of(cls, measurements: list[dict | None], depth: int | None = None,
@@ -68,7 +97,8 @@ class Side:
                  zip(measurements, times if times is not None else [None] * len(measurements))]
         pairs = [(b, t) for b, t in pairs if b]
         known = times is not None and all(t is not None for _, t in pairs)
-        return cls(tuple(b for b, _ in pairs), tuple(t for _, t in pairs) if known else ())
+        return cls(tuple(b for b, _ in pairs), tuple(t for _, t in pairs) if known else (),
+                   sum(disturbed_runs(m, depth) for m in measurements))
 
     def common_depths(self) -> list[str]:
         return sorted(set.intersection(*(set(b) for b in self.boots))) if self.boots else []
@@ -76,7 +106,7 @@ class Side:
     def shifted(self, per_h: float, t0: float) -> "Side":
         """Every boot's runs moved to time ``t0`` along a drift of ``per_h`` (log rate per hour)."""
         return Side(tuple({d: [x - per_h * (t - t0) for x in xs] for d, xs in b.items()}
-                          for b, t in zip(self.boots, self.times)), tuple(t0 for _ in self.times))
+                          for b, t in zip(self.boots, self.times)), tuple(t0 for _ in self.times), self.disturbed)
 
     def pooled(self) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
@@ -151,6 +181,7 @@ class Comparison:
     verdict: str              # better | worse | parity | undecided
     why: str
     drift_per_h: float | None = None    # the drift corrected for (relative per hour), None: none seen
+    disturbed: tuple[int, int] = (0, 0)  # runs left out as disturbed (challenger, incumbent)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -161,6 +192,10 @@ class Comparison:
         else:
             d["drift_per_h"] = round(self.drift_per_h, 6)
         d["sigma"] = [None if s is None else round(s, 5) for s in self.sigma]
+        if not any(self.disturbed):
+            d.pop("disturbed")
+        else:
+            d["disturbed"] = list(self.disturbed)
         return d
 
     def interval_text(self) -> str:
@@ -187,16 +222,31 @@ def t_quantile(p: float, df: float) -> float:
 
 
 def _welch_df(parts: list[tuple[float, int]]) -> float:
-    """Welch-Satterthwaite degrees of freedom of a sum of variance terms (term, its sample size)."""
+    """Welch-Satterthwaite degrees of freedom of a sum of variance terms (term, its own degrees of
+    freedom)."""
     num = sum(v for v, _ in parts) ** 2
-    den = sum(v * v / (n - 1) for v, n in parts if n > 1)
+    den = sum(v * v / dof for v, dof in parts if dof > 0)
     return num / den if den > 0 else 1e6
 
 
-def look_alpha(alpha: float, k: int, planned: int) -> float:
-    """The k-th (1-based) promotion look's share of the night's family error rate ``alpha``."""
+def _pooled_var(side: dict[str, list[float]], depths: list[str]) -> tuple[float, int]:
+    """One side's variance of one run's log rate, pooled over the depths (each depth its own mean:
+    the noise is relative, so the depths share it), and its degrees of freedom. Pooling matters:
+    three runs per depth give each depth's variance 2 degrees of freedom, and a sum of such
+    estimates has tails far heavier than the t quantile the test reads; pooled, one boot of three
+    depths x three runs has 6."""
+    ss = sum((len(side[d]) - 1) * statistics.variance(side[d]) for d in depths)
+    dof = sum(len(side[d]) - 1 for d in depths)
+    return max(ss / dof, SIGMA_FLOOR ** 2), dof
+
+
+def look_alpha(alpha: float, k: int, planned: int, peeks: int = 1) -> float:
+    """The error rate of one test of the k-th (1-based) promotion look: the look's share of the
+    night's family error rate ``alpha``, split evenly over the ``peeks`` times its boot's runs
+    may be tested (a boot measures more runs while its comparison is undecided and stops as soon
+    as it is decided: each of those tests could promote, so each is charged)."""
     L = max(1, planned)
-    return alpha * L / ((k + L - 1) * (k + L))
+    return alpha * L / ((k + L - 1) * (k + L)) / max(1, peeks)
 
 
 def compare(challenger: Side, incumbent: Side, *, alpha: float, drop_alpha: float = 0.05,
@@ -213,17 +263,16 @@ def compare(challenger: Side, incumbent: Side, *, alpha: float, drop_alpha: floa
     depths = sorted(d for d in pc if d in pi and len(pc[d]) >= 2 and len(pi[d]) >= 2)
     if not depths:
         return None
-    diffs, var, parts = [], 0.0, []
-    for d in depths:
-        vc = max(statistics.variance(pc[d]), SIGMA_FLOOR ** 2)
-        vi = max(statistics.variance(pi[d]), SIGMA_FLOOR ** 2)
-        diffs.append(statistics.fmean(pc[d]) - statistics.fmean(pi[d]))
-        var += vc / len(pc[d]) + vi / len(pi[d])
-        parts += [(vc / len(pc[d]), len(pc[d])), (vi / len(pi[d]), len(pi[d]))]
-    df = _welch_df(parts)
     D = len(depths)
+    diffs = [statistics.fmean(pc[d]) - statistics.fmean(pi[d]) for d in depths]
+    parts = []
+    for side in (pc, pi):
+        v, dof = _pooled_var(side, depths)        # one relative sigma per side, pooled over its depths
+        parts.append((v * sum(1 / len(side[d]) for d in depths) / D ** 2, dof))
+    var = sum(v for v, _ in parts)
+    df = _welch_df(parts)
     log_eff = sum(diffs) / D
-    se = math.hypot(math.sqrt(var) / D, math.sqrt(drift_var)) if drift_var else math.sqrt(var) / D
+    se = math.sqrt(var + drift_var)
     boot_level = False
     bc, bi = challenger.boot_means(depths), incumbent.boot_means(depths)
     if len(bc) >= 2 and len(bi) >= 2:
@@ -244,4 +293,4 @@ def compare(challenger: Side, incumbent: Side, *, alpha: float, drop_alpha: floa
         verdict, why = "undecided", f"interval [{lo:+.1%}, {hi:+.1%}] straddles 0"
     return Comparison(eff, se, lo, hi, alpha, drop_alpha, (challenger.runs, incumbent.runs),
                       (len(challenger.boots), len(incumbent.boots)), (challenger.spread(), incumbent.spread()),
-                      boot_level, verdict, why, drift_per_h)
+                      boot_level, verdict, why, drift_per_h, (challenger.disturbed, incumbent.disturbed))

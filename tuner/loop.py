@@ -22,7 +22,7 @@ from arms.profiles import EngineProfile
 from arms.secrets import Sealer
 
 from .arm_runner import ArmRunner
-from .compare import Side, compare, estimate_drift, look_alpha
+from .compare import ERROR_RATE, Side, compare, estimate_drift, look_alpha
 from .sampler import OneChangeSampler, told_as, trial_of
 from .sampler import tell as sampler_tell
 from . import values
@@ -34,6 +34,7 @@ from .study import open_study, sync_study
 from .verdict import Score
 
 log = logging.getLogger("tuner.loop")
+EXTEND_CAP = 4        # a challenger's boot measures at most this many times the plan's runs
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -209,7 +210,7 @@ class CampaignLoop:
     # -- sequential comparisons (tuner/compare.py) -------------------------------------------
     @property
     def error_rate(self) -> float:
-        return float((self.camp.raw.get("noise") or {}).get("error_rate", 0.05))
+        return float((self.camp.raw.get("noise") or {}).get("error_rate", ERROR_RATE))
 
     def _planned_looks(self) -> int:
         return 3 * sum(max(1, len(lv.values) - 1) for lv in self.camp.levers.values())
@@ -237,12 +238,13 @@ class CampaignLoop:
         side_c = Side.of(st.measurements_of(shape) + ([extra] if extra else []), self._depth(), times_c)
         side_i = Side.of(st.measurements_of(ref), self._depth(), times_i)
         k = st.looks + 1
-        return compare(side_c, side_i, alpha=look_alpha(self.error_rate, k, self._planned_looks()),
+        return compare(side_c, side_i, alpha=look_alpha(self.error_rate, k, self._planned_looks(), EXTEND_CAP),
                        min_effect=self.camp.search.min_effect, drift=drift), k
 
     def _extender(self, st: State, p: Proposal, shape):
         """How many more runs per depth this boot measures: the incumbent and the starting shape
-        to twice the plan's runs; a challenger while its comparison is undecided, up to 4x."""
+        to twice the plan's runs; a challenger while its comparison is undecided, up to
+        ``EXTEND_CAP`` x (each of those tests is charged: ``look_alpha``'s peeks)."""
         runs = self.camp.measure.runs
         if p.kind == "joint" or not self._comparable():
             return None
@@ -252,7 +254,7 @@ class CampaignLoop:
             have = min((len(d["runs"]) for d in depths), default=0)
             if p.kind in ("baseline", "recheck", "start"):
                 return runs if have < 2 * runs else 0
-            if have >= 4 * runs or st.incumbent_arm is None:
+            if have >= EXTEND_CAP * runs or st.incumbent_arm is None:
                 return 0
             c, _ = self._compare(st, shape, m)
             return runs if c is not None and c.verdict == "undecided" else 0

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from . import values
+from .compare import ERROR_RATE
 from .records import latest_judged
 from .status import baseline_objective
 from .status import gain as status_gain
@@ -79,7 +80,7 @@ def _error_rate(b) -> float | None:
     end = b.st.ended or {}
     if end.get("error_rate") is not None:
         return end["error_rate"]
-    return ((b.start.get("campaign") or {}).get("noise") or {}).get("error_rate", 0.05)
+    return ((b.start.get("campaign") or {}).get("noise") or {}).get("error_rate", ERROR_RATE)
 
 
 def _band_text(judged: dict | None, error_rate: float | None) -> str:
@@ -306,7 +307,9 @@ def constraints(b, df: pd.DataFrame) -> Section:
 
 
 def _cmp_row(c: dict) -> list[str]:
-    return [f"{c['runs'][0]:,} runs / {c['boots'][0]} boot(s)", f"{c['runs'][1]:,} runs / {c['boots'][1]} boot(s)",
+    out = [f" ({n} disturbed left out)" if n else "" for n in c.get("disturbed") or (0, 0)]
+    return [f"{c['runs'][0]:,} runs / {c['boots'][0]} boot(s){out[0]}",
+            f"{c['runs'][1]:,} runs / {c['boots'][1]} boot(s){out[1]}",
             f"{c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}]", f"{c['alpha']:.2g}"]
 
 

@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from arms.errors import ConfigError
 
+from .compare import ERROR_RATE
+
 log = logging.getLogger("tuner.campaign")
 
 MAX_NODES = 20_000          # a campaign is a few hundred YAML nodes; aliases expanding past this are refused
@@ -107,7 +109,7 @@ class Noise(_Model):
     min_effect: Fraction = 0.02
     confirm: bool = True
     prune_below: Fraction = 0.30
-    error_rate: float = Field(0.05, gt=0, lt=0.5, description="the chance a night promotes anything that is not "
+    error_rate: float = Field(ERROR_RATE, gt=0, lt=0.5, description="the chance a night promotes anything that is not "
                               "truly better (one family error rate spent over the night's comparisons)")
 
 

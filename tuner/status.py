@@ -15,6 +15,7 @@ from pathlib import Path
 from arms.errors import ConfigError
 
 from tuner import values
+from tuner.compare import ERROR_RATE
 
 PHASE_FILE = "phase.json"        # written by the running daemon (tuner/liveview.py)
 
@@ -134,7 +135,7 @@ def status_data(folder: Path) -> dict:
         "objective": camp.get("objective", "decode_geomean"),
         "baseline_objective": base_obj, "incumbent_objective": inc_obj,
         "gain": gain(inc_obj, base_obj), "judged": judged,
-        "error_rate": ended.get("error_rate", (camp.get("noise") or {}).get("error_rate", 0.05)),
+        "error_rate": ended.get("error_rate", (camp.get("noise") or {}).get("error_rate", ERROR_RATE)),
         "incumbent": st.incumbent.key() if st.incumbent else None, "incumbent_arm": st.incumbent_arm,
         "incumbent_changes": incumbent_changes(st),
         "started": start.get("t"), "deadline": deadline,

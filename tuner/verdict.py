@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from arms.errors import ConfigError
 
+from .compare import undisturbed
+
 OBJECTIVES = ("decode_geomean", "decode@DEPTH", "goodput_at_slo")
 
 
@@ -148,6 +150,7 @@ def objective_sigma(measurement: dict | None) -> float | None:
     for d in (measurement.get("depths") or {}).values():
         med = d.get("median_decode_tok_s")
         xs = [r["decode_tok_s"] for r in d.get("runs") or [] if r.get("valid") and r.get("decode_tok_s")]
+        xs = [math.exp(x) for x in undisturbed([math.log(x) for x in xs])]     # a stalled run is not noise
         if med and len(xs) >= 2:
             per.append(statistics.variance(xs) / med ** 2 * 1.25 ** 2 / len(xs))
     if not per:
