@@ -59,7 +59,9 @@ def test_headline_incumbents_gain_wall_time_and_recommended_shape(night, report_
     assert f"the production shape (`{Shape.from_dict(recs[0]['baseline']).key()}`, arm #0) — {base:,.2f} tok/s" in head
     final = Shape.from_dict(moves[-1]["shape"])
     assert f"`{final.key()}` after {len(moves)} move(s)" in head
-    assert f"arms #{moves[-1]['confirmed_arms'][0]} and #{moves[-1]['arm']}" in head
+    *first, last = [f"#{n}" for n in moves[-1]["confirmed_arms"]]
+    assert first and last == f"#{moves[-1]['arm']}"
+    assert f"(arms {', '.join(first)} and {last})" in head
     m = re.search(r"\*\*([+-]\d+\.\d)%\*\* against the start \(noise band ±(\d+\.\d)%", head)
     assert m and float(m.group(1)) > 0
     for change in Shape.from_dict(recs[0]["baseline"]).diff(final):

@@ -1,6 +1,8 @@
 """The one-change policy over replayed state (pure: no I/O, no clock)."""
 from __future__ import annotations
 
+import pytest
+
 from arms.shape import ABSENT, Lever, Shape
 from tuner.journal import Journal
 from tuner.search import candidates, encode_value, propose
@@ -140,13 +142,14 @@ def test_an_undecided_challenger_gets_another_boot_and_a_decided_night_is_spent_
         n, _ = j.arm("probe", ("max-num-seqs", 3), verdict="undecided", obj=28.1, delta=0.004)
         _cmp(j, n, ("max-num-seqs", 3), "undecided", 0.004, -0.01, 0.015, boots=boots)
     p = propose(j.state(), LEVERS, recheck_every=0)          # every one decided or at its cap: re-examine
+    # seqs 2 (parity, 1 boot) can still prove more than seqs 3 (undecided, at its 3 boots)
+    assert p.kind == "probe" and p.change == ("max-num-seqs", 2) and p.why.startswith("re-examine")
+    n, _ = j.arm("probe", ("max-num-seqs", 2), verdict="parity", obj=28.0, delta=0.0)
+    _cmp(j, n, ("max-num-seqs", 2), "parity", 0.0, -0.005, -0.001, boots=2)
+    p = propose(j.state(), LEVERS, recheck_every=0)
     assert p.kind == "probe" and p.change == ("max-num-seqs", 3) and p.why.startswith("re-examine")
     n, _ = j.arm("probe", ("max-num-seqs", 3), verdict="parity", obj=28.0, delta=0.0)
     _cmp(j, n, ("max-num-seqs", 3), "parity", 0.0, -0.005, -0.001, boots=4)
-    p = propose(j.state(), LEVERS, recheck_every=0)
-    assert p.kind == "probe" and p.change == ("max-num-seqs", 2)                  # the next weakest evidence
-    n, _ = j.arm("probe", ("max-num-seqs", 2), verdict="parity", obj=28.0, delta=0.0)
-    _cmp(j, n, ("max-num-seqs", 2), "parity", 0.0, -0.005, -0.001, boots=2)
     p = propose(j.state(), LEVERS, recheck_every=0)
     assert p.kind == "start"                                                      # the closing head-to-head
 
@@ -164,3 +167,38 @@ def test_the_incumbents_telemetry_points_at_prefetch_when_its_precision_is_low(t
     j2.arm("baseline", verdict="baseline", obj=26.0)
     j2.arm("recheck", verdict="recheck", obj=26.2)
     assert candidates(j2.state(), levers)[0][1] == "max-num-seqs"           # no telemetry: listing order
+
+
+def test_a_change_too_noisy_to_ever_decide_waits_behind_every_other_candidate():
+    """A lever whose runs spread 40 %: at the last incumbent it read +2 % ± 10 % on three boots.
+    Its effect is the most uncertain, so plain expected gain would try it first at every new
+    incumbent; but at its boot cap it could only show an effect above ~+35 %, so it is worth
+    less than an untried change and a change that read +1.5 % ± 1 %."""
+    from tuner.search import expected_gain, provable
+
+    noisy = {"effect": 0.02, "se": 0.10, "boots": [3, 2], "hi": 0.2}
+    quiet = {"effect": 0.015, "se": 0.01, "boots": [3, 2], "hi": 0.03}
+    assert provable(noisy) == pytest.approx(0.35) and provable(quiet) == pytest.approx(0.035)
+    assert expected_gain(0.02, 0.10) > expected_gain(0.0, 0.05) > expected_gain(0.015, 0.022)   # the old order
+    assert expected_gain(0.02, 0.10, provable(noisy)) < expected_gain(0.015, 0.022, provable(quiet)) \
+        < expected_gain(0.0, 0.05)
+
+
+def test_the_policy_tries_an_untried_change_before_a_noisy_one_carried_over(tmp_path):
+    j = J(tmp_path)
+    j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("recheck", verdict="recheck", obj=26.1)
+    levers = {k: LEVERS[k] for k in ("max-num-seqs", "env.R4D_LRU_GATHER_CHUNKS")}
+    for boots in (1, 2, 3):
+        n, _ = j.arm("probe", ("max-num-seqs", 3), verdict="undecided", obj=26.5, delta=0.02)
+        j.j.append("compare", arm=n, incumbent=j.inc.key(), change=["max-num-seqs", 3], look=n,
+                   comparison={"verdict": "undecided", "effect": 0.02, "lo": -0.3, "hi": 0.25, "se": 0.10,
+                               "boots": [boots, 2], "runs": [9 * boots, 18], "alpha": 0.001, "sigma": [0.4, 0.03]})
+    n, shape = j.arm("probe", ("env.R4D_LRU_GATHER_CHUNKS", 32), verdict="better", obj=28.0, delta=0.07)
+    _cmp(j, n, ("env.R4D_LRU_GATHER_CHUNKS", 32), "better", 0.07, 0.03, 0.1, boots=2)
+    j.j.append("incumbent", arm=n, shape=shape.to_dict(), score=SC(28.0), samples=[28.0],
+               change=["env.R4D_LRU_GATHER_CHUNKS", 32], previous_value=8)
+    j.inc = shape
+    j.arm("recheck", verdict="recheck", obj=28.0)
+    p = propose(j.state(), levers, recheck_every=0)
+    assert p.kind == "probe" and p.change == ("max-num-seqs", 2), p        # untried, before the noisy carry-over

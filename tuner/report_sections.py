@@ -46,7 +46,8 @@ def headline(b, df: pd.DataFrame, series: list[dict]) -> Section:
     if b.moves:
         m = b.moves[-1]
         ch = m.get("change") or ["?", None]
-        arms = " and ".join(f"#{n}" for n in m.get("confirmed_arms") or [m["arm"]])
+        ns = [f"#{n}" for n in m.get("confirmed_arms") or [m["arm"]]]
+        arms = ", ".join(ns[:-1]) + " and " + ns[-1] if len(ns) > 1 else ns[0]
         change = f"{ch[0]} → {values.text_of(ch[1])} (arms {arms})"
         gain = status_gain(end_obj, start_obj)
         s.add("p", f"**Incumbent at end:** `{st.incumbent.key()}` after {len(b.moves)} move(s), the last {change} — "

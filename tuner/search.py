@@ -38,6 +38,7 @@ _N = NormalDist()
 BOOTS_CAP = 3            # boots of one challenger at one incumbent before it is called undecided
 REEXAMINE_CAP = 5        # ... while the night re-examines weak evidence
 HEAD_TO_HEAD = 3         # boots of the starting shape in the closing head-to-head
+DECIDE_Z = 3.5           # standard errors a promotion needs, about (the night's looks run at 1e-4 and below)
 PRIOR_SIGMA = 0.05       # an untried change: mean 0, this sigma
 RETRY_SIGMA = 0.03       # a change that failed for memory, retried once the plan moved: less likely to pay
 CARRY_SIGMA = 0.02       # added (in quadrature) to a carried estimate: the effect may interact
@@ -55,11 +56,22 @@ class Proposal:
     why: str = ""
 
 
-def expected_gain(mu: float, sigma: float) -> float:
+def expected_gain(mu: float, sigma: float, bar: float = 0.0) -> float:
+    """E[X 1{X > bar}] for X ~ N(mu, sigma^2): the gain a challenger is expected to bring when
+    only an effect above ``bar`` can be shown (``bar`` 0: E[max(0, X)])."""
     if sigma <= 0:
-        return max(mu, 0.0)
-    z = mu / sigma
-    return mu * _N.cdf(z) + sigma * _N.pdf(z)
+        return mu if mu > bar else 0.0
+    z = (bar - mu) / sigma
+    return mu * (1 - _N.cdf(z)) + sigma * _N.pdf(z)
+
+
+def provable(c: dict) -> float:
+    """The smallest effect a challenger's own comparison could still show at its boot cap: its
+    standard error shrunk to ``BOOTS_CAP`` boots, times ``DECIDE_Z``. A change whose own noise
+    (a lever whose runs spread 40 %) keeps that bar far above any plausible effect is worth
+    little more measuring, however uncertain its effect: more boots cannot make it a move."""
+    boots = max(1, (c.get("boots") or [1])[0])
+    return DECIDE_Z * c["se"] * math.sqrt(boots / max(boots, BOOTS_CAP))
 
 
 def latest_comparisons(state: State) -> dict[tuple[str, str, str], dict]:
@@ -138,7 +150,7 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
                 if c is None or c.get("verdict") != "undecided" or c["boots"][0] >= BOOTS_CAP:
                     continue                    # decided here (or a failure here): re-examined later
                 mu, se = c["effect"], c["se"]
-                out.append((-expected_gain(mu, se) + tie, name, value,
+                out.append((-expected_gain(mu, se, provable(c)) + tie, name, value,
                             f"undecided {c['effect']:+.1%} ± {se:.1%} after {c['boots'][0]} boot(s): another boot"))
                 continue
             earlier = [k for k in cmp if k[1] == name and k[2] == vt]
@@ -146,6 +158,8 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
                 c = cmp[earlier[-1]]
                 mu, sigma = c["effect"], math.hypot(c["se"], CARRY_SIGMA + INTERACTION * drift_since(state, c.get("arm")))
                 why = f"{c['verdict']} at an earlier incumbent ({c['effect']:+.1%})"
+                out.append((-expected_gain(mu, sigma, provable(c)) + tie, name, value, why))
+                continue
             elif past and boot_classes & MEMORY:
                 moved = [m for m in state.moves if m.get("arm", -1) > past[-1].n and m.get("change")
                          and CAPACITY.search(m["change"][0])]
@@ -171,18 +185,20 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
 
 
 def reexamine(state: State, levers: dict[str, Lever], cap: int) -> tuple[str, object, str] | None:
-    """The decided or undecided challenger at this incumbent whose interval reaches highest above
-    zero (the weakest evidence against a gain), while it has fewer than ``cap`` boots."""
+    """The decided or undecided challenger at this incumbent whose interval still reaches above
+    zero with the most gain left to show (``expected_gain`` above what it could still prove),
+    while it has fewer than ``cap`` boots."""
     inc_key = state.incumbent.key()
     best = None
     for (k, name, vt), c in latest_comparisons(state).items():
         if k != inc_key or name not in levers or c["boots"][0] >= cap or c["hi"] <= 0:
             continue
         value = next((v for v in levers[name].values if values.text(v) == vt), None)
-        if value is None or (best and best[0] >= c["hi"]):
+        worth = expected_gain(c["effect"], c["se"], provable(c))
+        if value is None or (best and best[0] >= worth):
             continue
-        best = (c["hi"], name, value, f"re-examine: {c['verdict']} {c['effect']:+.1%}, upper bound {c['hi']:+.1%} "
-                                      f"after {c['boots'][0]} boot(s)")
+        best = (worth, name, value, f"re-examine: {c['verdict']} {c['effect']:+.1%}, upper bound {c['hi']:+.1%} "
+                                    f"after {c['boots'][0]} boot(s)")
     return best[1:] if best else None
 
 
