@@ -15,8 +15,10 @@ trap 'podman_service_stop' EXIT
 [ -d journal/llamacpp-cpu ] && mv journal/llamacpp-cpu "journal/llamacpp-cpu.$(date +%Y%m%d-%H%M%S)"
 .venv/bin/tuner check examples/llamacpp-cpu.yaml --show 5
 start=$SECONDS
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 .venv/bin/tuner run examples/llamacpp-cpu.yaml --quiet "$@"
 wall=$((SECONDS - start))
+load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 .venv/bin/tuner report examples/llamacpp-cpu.yaml >/dev/null
 out=docs/example-report-llamacpp
 rm -rf "$out" && mkdir -p "$out"
@@ -25,8 +27,9 @@ cp -r journal/llamacpp-cpu/report "$out/"
 for log in $(grep -o 'arms/[0-9]*/boot.log' "$out/REPORT.md" | sort -u); do
   mkdir -p "$out/$(dirname "$log")" && cp "journal/llamacpp-cpu/$log" "$out/$log"
 done
-{ echo; echo "---"; echo "Produced by \`bash scripts/example-report-llamacpp.sh\` on a 2-core, 24 GiB machine"
-  echo "shared with other work (no GPU): campaign wall time ${wall} s."
+{ echo; echo "---"; echo "Produced by \`bash scripts/example-report-llamacpp.sh\` on a $(nproc)-core,"
+  echo "$(awk '/MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo) GiB machine (no GPU): campaign wall time ${wall} s; load average"
+  echo "(1, 5, 15 min) ${load_before} before the campaign, ${load_after} after it."
   echo
   echo "-ncmoe and -ot exps=CPU are parity by construction without a GPU: every tensor already lives in host RAM,"
   echo "so moving expert tensors to CPU moves nothing; on a GPU box they decide how many layers' experts cross from"

@@ -16,9 +16,10 @@ and a look whose boot may be tested up to P times as its runs grow (the loop's e
 runs each test at alpha_k / P. So the chance that a night promotes any change that is not truly
 better is at most alpha, whatever the number of comparisons and however often a boot is peeked
 at (bench/results/false_promotions.md measures it: without the split the peeks made a look's
-real error rate 2.7x its stated one). Dropping a challenger (worse, or parity: it cannot be worth the minimum
-effect) is tested at a fixed ``drop_alpha`` per look: a wrong drop costs a missed gain, never a
-false promotion, and the night re-examines the closest drops while it has budget.
+real error rate 1.5-1.8x its stated one, with it 0.25-0.33x). Dropping a challenger (worse, or
+parity: it cannot be worth the minimum effect) is tested at a fixed ``drop_alpha`` per look: a
+wrong drop costs a missed gain, never a false promotion, and the night re-examines the closest
+drops while it has budget.
 
 Drift. On one GPU two engines cannot run at once, so the incumbent and its challengers take
 turns: the incumbent is re-measured between challengers (``noise.recheck_every``), and every
