@@ -47,24 +47,23 @@ DRIFT_Z = 2.0              # a drift is corrected for once its slope is this man
 
 def runs_by_depth(measurement: dict | None, depth: int | None = None) -> dict[str, list[float]]:
     """{depth: [log decode tok/s of each valid, undisturbed run]} of one measurement (to_dict form)."""
-    return {d: kept for d, xs in _valid_logs(measurement, depth).items() if (kept := undisturbed(xs))}
+    return _split_runs(measurement, depth)[0]
 
 
-def disturbed_runs(measurement: dict | None, depth: int | None = None) -> int:
-    """How many valid runs of one measurement ``undisturbed`` leaves out."""
-    return sum(len(xs) - len(undisturbed(xs)) for xs in _valid_logs(measurement, depth).values())
-
-
-def _valid_logs(measurement: dict | None, depth: int | None) -> dict[str, list[float]]:
+def _split_runs(measurement: dict | None, depth: int | None) -> tuple[dict[str, list[float]], int]:
+    """``runs_by_depth`` and how many valid runs ``undisturbed`` left out of it."""
     out: dict[str, list[float]] = {}
+    dropped = 0
     for d, r in ((measurement or {}).get("depths") or {}).items():
         if depth is not None and int(d) != depth:
             continue
         xs = [math.log(x["decode_tok_s"]) for x in r.get("runs") or []
               if x.get("valid") and x.get("decode_tok_s")]
-        if xs:
-            out[str(d)] = xs
-    return out
+        kept = undisturbed(xs)
+        dropped += len(xs) - len(kept)
+        if kept:
+            out[str(d)] = kept
+    return out, dropped
 
 
 def undisturbed(xs: list[float]) -> list[float]:
@@ -94,12 +93,11 @@ class Side:
            times: list[float] | None = None) -> "Side":
         if times is not None and len(times) != len(measurements):
             times = None                    # not one time per boot: the times are not used
-        pairs = [(runs_by_depth(m, depth), t) for m, t in
-                 zip(measurements, times if times is not None else [None] * len(measurements))]
-        pairs = [(b, t) for b, t in pairs if b]
+        split = [_split_runs(m, depth) for m in measurements]
+        pairs = [(b, t) for (b, _), t in zip(split, times if times is not None else [None] * len(measurements)) if b]
         known = times is not None and all(t is not None for _, t in pairs)
         return cls(tuple(b for b, _ in pairs), tuple(t for _, t in pairs) if known else (),
-                   sum(disturbed_runs(m, depth) for m in measurements))
+                   sum(n for _, n in split))
 
     def common_depths(self) -> list[str]:
         return sorted(set.intersection(*(set(b) for b in self.boots))) if self.boots else []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from arms.errors import ConfigError
 
-from .compare import undisturbed
+from .compare import runs_by_depth
 
 OBJECTIVES = ("decode_geomean", "decode@DEPTH", "goodput_at_slo")
 
@@ -147,10 +147,10 @@ def objective_sigma(measurement: dict | None) -> float | None:
     if not measurement:
         return None
     per = []
-    for d in (measurement.get("depths") or {}).values():
+    kept = runs_by_depth(measurement)            # valid runs, a stalled one left out: it is not noise
+    for key, d in (measurement.get("depths") or {}).items():
         med = d.get("median_decode_tok_s")
-        xs = [r["decode_tok_s"] for r in d.get("runs") or [] if r.get("valid") and r.get("decode_tok_s")]
-        xs = [math.exp(x) for x in undisturbed([math.log(x) for x in xs])]     # a stalled run is not noise
+        xs = [math.exp(x) for x in kept.get(str(key), [])]
         if med and len(xs) >= 2:
             per.append(statistics.variance(xs) / med ** 2 * 1.25 ** 2 / len(xs))
     if not per:
