@@ -165,33 +165,6 @@ class Host(Protocol):
 UNIT_ACTIONS = ("is-active", "stop", "start", "restart", "mask-runtime", "unmask-runtime", "daemon-reload")
 
 
-class Systemctl:
-    """Unit control through `systemctl` (``--user`` for a rootless setup): the real hosts' mixin."""
-
-    systemctl_user: bool = False
-
-    def unit(self, name: str, action: str) -> str:
-        import subprocess
-
-        from .errors import HostError
-
-        if action not in UNIT_ACTIONS:
-            raise ValueError(f"unknown unit action {action!r}")
-        base = ["systemctl"] + (["--user"] if self.systemctl_user else [])
-        argv = {"is-active": base + ["is-active", name], "mask-runtime": base + ["mask", "--runtime", name],
-                "unmask-runtime": base + ["unmask", "--runtime", name], "daemon-reload": base + ["daemon-reload"]
-                }.get(action, base + [action, name])
-        try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise HostError(f"`{' '.join(argv)}` failed: {e}") from None
-        if action == "is-active":
-            return (r.stdout.strip() or "unknown").splitlines()[0]
-        if r.returncode != 0:
-            raise HostError(f"`{' '.join(argv)}` failed ({r.returncode}): {(r.stderr or r.stdout).strip()[:300]}")
-        return "ok"
-
-
 class RealTime:
     """Wall-clock timing and a plain network client: the mixin of every real host."""
 

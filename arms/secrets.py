@@ -15,7 +15,7 @@ secret values of one campaign and replaces them as literals in free text (logs, 
 measure.json) — so a secret the engine echoes back is hidden too.
 
 Identity is never computed from a sealed copy: ``Shape.key()`` of the real shape is journaled
-beside the sealed shape (``tuner.state`` compares keys).
+beside the sealed shape (``tuner.night.state`` compares keys).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ small-gather-drift is small-gather with every shape's decode rate rising 2 % per
 (simengine/landscapes/small-gather-drift.yaml). Per seed, the tuner runs one 8-hour night twice
 on it (levers as listed): with the drift correction (CampaignLoop.drift_correction, off by
 default: the incumbent re-measured between challengers, one slope per hour fitted to every
-shape's repeated boots, each boot moved to a common time; tuner/compare.py) and without it
+shape's repeated boots, each boot moved to a common time; tuner/night/compare.py) and without it
 (each side's boots pooled as if measured at once, the default). A promotion is false when the
 move is not truly better on the drift-free landscape.
 
@@ -23,8 +23,8 @@ import small_effects as se
 from simbench import PROFILE, emit, sim_campaign, truth, write_campaign
 
 from arms.shape import Shape
-from tuner.loop import CampaignLoop
-from tuner.state import replay
+from tuner.night.loop import CampaignLoop
+from tuner.night.state import replay
 
 LANDSCAPE = se.LANDSCAPES / "small-gather-drift.yaml"
 _CTX: dict = {}

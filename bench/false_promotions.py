@@ -2,10 +2,10 @@
 way the loop runs them, counted against the rate the look states.
 
 A challenger of no effect is compared with an incumbent of the same true rate, with
-``tuner.compare.compare`` itself: three depths, ``--runs`` runs per depth per batch, the
+``tuner.night.compare.compare`` itself: three depths, ``--runs`` runs per depth per batch, the
 incumbent measured on two boots of twice the runs, the challenger on one earlier boot plus the
 boot under test, whose runs grow batch by batch while the comparison is undecided, up to
-``tuner.loop.EXTEND_CAP`` batches, stopping as soon as it is decided (the loop's extender). Every
+``tuner.night.loop.EXTEND_CAP`` batches, stopping as soon as it is decided (the loop's extender). Every
 test of the growing boot could promote. Per cell: how often a zero-effect challenger is
 promoted, against the look's stated rate, with each test run at
   - the look's whole rate (``peeks=1``: only the last test charged, the loop before the split),
@@ -22,8 +22,8 @@ import time
 
 from simbench import emit
 
-from tuner.compare import Side, compare, look_alpha
-from tuner.loop import EXTEND_CAP
+from tuner.night.compare import Side, compare, look_alpha
+from tuner.night.loop import EXTEND_CAP
 
 DEPTHS = ("512", "4096", "16384")
 SIGMA = 0.03          # relative sigma of one run's decode rate (the small-effect landscapes' noise)

@@ -21,7 +21,7 @@ from pathlib import Path
 import small_effects as se
 from simbench import emit
 
-from tuner.loop import CampaignLoop
+from tuner.night.loop import CampaignLoop
 
 
 def night(tmp: Path, name: str, seed: int, hours: float) -> dict:

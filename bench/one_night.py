@@ -32,9 +32,9 @@ from simbench import (PROFILE, REPO, Truth, emit, arm_runner, lever_values, meas
 from arms.shape import ABSENT, Shape
 from simengine.cli import known_flags
 from simengine.landscape import load_landscape
-from tuner.loop import CampaignLoop
-from tuner.state import State, replay
-from tuner.verdict import Constraints, Score
+from tuner.night.loop import CampaignLoop
+from tuner.night.state import State, replay
+from tuner.night.verdict import Constraints, Score
 
 EXAMPLE = REPO / "examples" / "one-night.yaml"      # the campaign: start shape, levers, constraint, measure
 _RAW = yaml.safe_load(EXAMPLE.read_text())

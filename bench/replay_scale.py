@@ -2,9 +2,9 @@
 incremental replay (issue 14).
 
 before  what the loop did after every arm until issue 14: copy the journal's records
-        (``Journal.records``) and replay all of them (``tuner.state.replay``) — linear in the arms
+        (``Journal.records``) and replay all of them (``tuner.night.state.replay``) — linear in the arms
         so far, quadratic over a night;
-after   ``tuner.state.Replay.follow(journal)``: fold in only the new arm's records.
+after   ``tuner.night.state.Replay.follow(journal)``: fold in only the new arm's records.
 
 Both are timed on the same journal (bench/report_scale.py's synthetic night, ~10 KB per arm
 end) while arms are appended to it through the writer (``Journal.append``, fsync'd), and the two
@@ -41,8 +41,9 @@ sys.path.insert(0, str(REPO / "bench"))
 from arms.shape import Shape  # noqa: E402
 from report_scale import BASELINE, synthesize  # noqa: E402
 from simbench import emit  # noqa: E402
-from tuner.journal import Journal, read_journal  # noqa: E402
-from tuner.state import Replay, replay  # noqa: E402
+from tuner.night.journal import Journal  # noqa: E402
+from tuner.night.readback import read_journal  # noqa: E402
+from tuner.night.state import Replay, replay  # noqa: E402
 
 
 def timed(fn, repeat: int = 1):
@@ -63,8 +64,8 @@ OLD = """
 import json, sys, time, statistics
 sys.path.insert(0, sys.argv[1])
 from arms.shape import Shape
-from tuner.journal import Journal
-from tuner.state import replay
+from tuner.night.journal import Journal
+from tuner.night.state import replay
 j = Journal(sys.argv[2])
 base = Shape.from_dict(json.loads(sys.argv[3]))
 ts = []
@@ -157,8 +158,8 @@ def loop_scale(arms: int, new_arms: int, profile: bool = False) -> dict:
 
     from arms.profiles import load_profile
     from host.simhost import SimHost
-    from tuner.campaign import load_campaign
-    from tuner.loop import CampaignLoop
+    from tuner.night.campaign import load_campaign
+    from tuner.night.loop import CampaignLoop
 
     folder = Path(tempfile.mkdtemp(prefix="loop-scale-")) / "journal" / "night"
     path = synthesize(folder, arms)

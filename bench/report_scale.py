@@ -1,7 +1,7 @@
 """How long `tuner report` and `tuner export` take on a 10,000-arm night.
 
-Writes a SYNTHETIC campaign journal (JSON lines with the records tuner/loop.py and
-tuner/arm_runner.py write: campaign_start, arm_start, arm_end with boot report, plan,
+Writes a SYNTHETIC campaign journal (JSON lines with the records tuner/night/loop.py and
+tuner/night/arm_runner.py write: campaign_start, arm_start, arm_end with boot report, plan,
 measurement at 3 depths x 3 runs, quality, telemetry on every 10th arm, told, incumbent moves,
 campaign_end; a boot.log for each failed arm) and times write_report (REPORT.md, report.html,
 three PNGs) and export in each format.
@@ -214,8 +214,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="time each step this many times (median, min)")
     ap.add_argument("--out", help="also write the results as Markdown to this file")
     args = ap.parse_args()
-    from tuner.export import export
-    from tuner.report import write_report
+    from tuner.morning.export import export
+    from tuner.morning.report import write_report
 
     tmp = Path(tempfile.mkdtemp(prefix="report-scale-")) / "synthetic-night"
     path, gen_s, _ = _timed(lambda: synthesize(tmp, args.arms), 1)

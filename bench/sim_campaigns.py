@@ -30,7 +30,7 @@ from simbench import measure_arm as measure_score
 from arms.shape import Shape
 from simengine.cli import known_flags
 from simengine.landscape import DEFAULT_LANDSCAPE, load_landscape
-from tuner.loop import CampaignLoop
+from tuner.night.loop import CampaignLoop
 
 BASE = {"tensor-parallel-size": 2, "max-model-len": 32768, "gpu-memory-utilization": 0.98,
         "kv-cache-memory-bytes": 2147483648, "max-num-seqs": 4, "enable-prefix-caching": True,

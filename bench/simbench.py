@@ -20,9 +20,9 @@ from arms.shape import ABSENT, Shape  # noqa: E402
 from host.simhost import SimHost  # noqa: E402
 from simengine import planner  # noqa: E402
 from simengine.cli import build_parser, shape_values  # noqa: E402
-from tuner.arm_runner import ArmRunner  # noqa: E402
-from tuner.campaign import load_campaign  # noqa: E402
-from tuner.verdict import NoiseBand, Score  # noqa: E402
+from tuner.night.arm_runner import ArmRunner  # noqa: E402
+from tuner.night.campaign import load_campaign  # noqa: E402
+from tuner.night.verdict import NoiseBand, Score  # noqa: E402
 
 PARSER = build_parser()
 DEPTHS = (166, 1087, 4064)

@@ -29,8 +29,8 @@ from simbench import PARSER, PROFILE, REPO, emit, lever_values, sim_campaign, tr
 from arms.shape import Shape
 from simengine.cli import known_flags
 from simengine.landscape import load_landscape
-from tuner.loop import CampaignLoop
-from tuner.state import State, replay
+from tuner.night.loop import CampaignLoop
+from tuner.night.state import State, replay
 
 LANDSCAPES = REPO / "simengine" / "landscapes"
 START = {"tensor-parallel-size": 2, "max-model-len": 32768, "gpu-memory-utilization": 0.98,

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from arms.errors import ConfigError, HostError
-from arms.host import LABEL_MANAGED, RealTime, Systemctl, ContainerSpec, ContainerState, ImageInfo, LogFollower
+from arms.host import LABEL_MANAGED, RealTime, ContainerSpec, ContainerState, ImageInfo, LogFollower
+from host.systemd import Systemctl
 
 log = logging.getLogger("tuner.host.podman")
 

@@ -9,17 +9,26 @@ after exactly that much virtual time, as a real client would see it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import httpx
 
-from simengine.engine import route
+from simengine.engine import EngineCore, route
 from simengine.wire import Response
 
-if TYPE_CHECKING:
-    from .simhost import SimHost, _Ctr
-
 _INCOMPLETE = "peer closed connection without sending complete message body (incomplete chunked read)"
+
+
+class ServingHost(Protocol):
+    """What the handler needs of the simulated host (``host.simhost.SimHost`` is the one): which
+    container a URL names, whether it runs, the engine it serves, the virtual read clock, and its
+    access log. ``ctr`` is the host's container record (``cid``, ``port``, ``core``)."""
+
+    def container_at(self, url_host: str, default: str) -> Any: ...
+    def state(self, cid: str) -> Any: ...
+    def serving(self, cid: str) -> EngineCore | None: ...
+    def begin_read(self, read_timeout: float | None) -> None: ...
+    def access(self, ctr: Any, method: str, path: str, status: int) -> None: ...
 
 
 class ReadTimedOut(Exception):
@@ -33,7 +42,7 @@ def _read_timeout(request: httpx.Request) -> float | None:
 class EngineHandler:
     """``handler(request) -> httpx.Response`` for one client (``default_cid``: loopback URLs)."""
 
-    def __init__(self, host: SimHost, default_cid: str):
+    def __init__(self, host: ServingHost, default_cid: str):
         self.host, self.default_cid = host, default_cid
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -81,7 +90,7 @@ class SimClient(httpx.Client):
 class _Stream(httpx.SyncByteStream):
     """A streamed body: each chunk is pulled from the engine when the client reads it."""
 
-    def __init__(self, host: SimHost, ctr: _Ctr, resp: Response, request: httpx.Request):
+    def __init__(self, host: ServingHost, ctr: Any, resp: Response, request: httpx.Request):
         self.host, self.ctr, self.resp, self.request = host, ctr, resp, request
         self.core = ctr.core
 

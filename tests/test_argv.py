@@ -198,7 +198,7 @@ def test_llamacpp_env_equivalents(env, lever):
 
 
 def test_one_lever_name_per_flag_in_a_campaign(tmp_path):
-    from tuner.campaign import load_campaign
+    from tuner.night.campaign import load_campaign
 
     path = tmp_path / "c.yaml"
     path.write_text(f"""name: spell

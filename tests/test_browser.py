@@ -34,7 +34,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def night(tmp_path_factory):
-    from tuner.report import write_report
+    from tuner.morning.report import write_report
 
     folder = simulated_night(tmp_path_factory.mktemp("browser"), arms=24)
     write_report(folder)

@@ -136,7 +136,7 @@ def test_lever_typo_names_the_flag_and_an_env_typo_warns(tmp_path, capsys, caplo
     monkeypatch.setenv("CONTAINER_HOST", "unix:///nonexistent.sock")      # podman does not answer
     path = tmp_path / "typo.yaml"
     path.write_text(HEAD + "levers:\n  env.R4D_LRU_GATHR_CHUNKS: [8, 16]\n  max-num-seqs: [2, 4]\n")
-    from tuner.campaign import load_campaign
+    from tuner.night.campaign import load_campaign
 
     camp = load_campaign(path)                      # an env typo is a warning: the engine may read it
     assert set(camp.levers) == {"env.R4D_LRU_GATHR_CHUNKS", "max-num-seqs"}
@@ -166,7 +166,7 @@ def test_until_is_dst_safe():
     from datetime import datetime
     from zoneinfo import ZoneInfo
 
-    from tuner.campaign import Budget
+    from tuner.night.campaign import Budget
 
     berlin = ZoneInfo("Europe/Berlin")
     b = Budget(until=(7, 0), timezone="Europe/Berlin")
@@ -184,7 +184,7 @@ def test_until_is_dst_safe():
 
 
 def test_json_schema_is_committed_and_current():
-    from tuner.schema import json_schema
+    from tuner.night.schema import json_schema
 
     committed = json.loads((REPO / "docs" / "campaign.schema.json").read_text())
     assert committed == json_schema(), "run `tuner schema > docs/campaign.schema.json`"

@@ -11,8 +11,8 @@ from arms.profiles import load_profile
 from host.simhost import SimHost
 from simengine.landscape import DEFAULT_LANDSCAPE
 from tests.conftest import REPO
-from tuner.campaign import load_campaign
-from tuner.loop import CampaignLoop
+from tuner.night.campaign import load_campaign
+from tuner.night.loop import CampaignLoop
 
 BASE = {"tensor-parallel-size": 2, "max-model-len": 32768, "gpu-memory-utilization": 0.98,
         "kv-cache-memory-bytes": 2147483648, "max-num-seqs": 4,
@@ -99,8 +99,8 @@ def test_a_lever_whose_noise_never_settles_ends_undecided_and_the_report_lists_i
     """Bad input: HSA_ENABLE_SDMA=0 has no effect and 40 % request noise (small-gather.yaml).
     Judged by its own spread it stays undecided however lucky a boot is, is never promoted, the
     night goes on; the report's "How sure" names it with its spread."""
-    from tuner.report import build_report
-    from tuner.report_render import markdown as render_markdown
+    from tuner.morning.report import build_report
+    from tuner.morning.report_render import markdown as render_markdown
 
     land = REPO / "simengine" / "landscapes" / "small-gather.yaml"
     path = campaign(tmp_path, "unsettled", noise={"error_rate": 0.05})
@@ -127,7 +127,7 @@ def test_the_optuna_study_is_the_search_and_its_best_trial_is_the_incumbent(tmp_
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    from tuner.sampler import OneChangeSampler
+    from tuner.night.sampler import OneChangeSampler
 
     summary, recs, _ = run(tmp_path, "study", seed=1, budget={"max_arms": 10})
     study = optuna.load_study(study_name="study", storage=JournalStorage(JournalFileBackend(
@@ -178,8 +178,8 @@ def test_an_unreachable_constraint_keeps_the_production_shape_and_exits_0(tmp_pa
     import pytest
 
     from arms.errors import ConfigError
-    from tuner.production import choose
-    from tuner.state import replay
+    from tuner.production.context import choose
+    from tuner.night.state import replay
 
     levers = {"kv-cache-memory-bytes": [2147483648, 3150000000], "env.R4D_LRU_GATHER_CHUNKS": [8, 32]}
     path = campaign(tmp_path, "no-fit", budget={"max_arms": 8},

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tuner.compare import Side, compare, estimate_drift, look_alpha
+from tuner.night.compare import Side, compare, estimate_drift, look_alpha
 
 DEPTHS = {"166": 30.0, "1087": 28.0, "4064": 27.0}
 
@@ -100,7 +100,7 @@ def test_no_drift_fitted_from_noise_changes_nothing():
 
 
 def test_t_quantiles_and_few_runs_need_more_than_the_normal_bound():
-    from tuner.compare import t_quantile
+    from tuner.night.compare import t_quantile
 
     for df, want in ((1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571), (10, 2.228), (30, 2.042)):
         assert t_quantile(0.975, df) == pytest.approx(want, rel=0.01)
@@ -116,7 +116,7 @@ def test_t_quantiles_and_few_runs_need_more_than_the_normal_bound():
 def test_a_looks_rate_is_split_over_every_test_of_its_growing_boot():
     """The loop tests a boot after every batch of runs and stops once it is decided: each of
     those tests could promote, so each runs at the look's rate over the cap."""
-    from tuner.loop import EXTEND_CAP
+    from tuner.night.loop import EXTEND_CAP
 
     for k in (1, 7, 40):
         whole = look_alpha(0.01, k, 60)
@@ -130,7 +130,7 @@ def test_each_sides_variance_is_pooled_over_its_depths():
     estimates has tails far heavier than a t quantile; the side's relative sigma pooled over its
     depths has runs - depths: the test reads t at the Welch degrees of freedom of the two pooled
     variances."""
-    from tuner.compare import t_quantile
+    from tuner.night.compare import t_quantile
 
     rng = random.Random(21)
     inc_m = [boot(rng, runs=6) for _ in range(2)]

@@ -16,15 +16,15 @@ from tests.conftest import REPO
 from arms.profiles import load_profile
 from host.simhost import SimHost
 from tests.test_campaign_sim import campaign
-from tuner.campaign import load_campaign
-from tuner.export import read_records
+from tuner.night.campaign import load_campaign
+from tuner.night.readback import read_records
 
 NAME = "dmg"
 
 
 def night(path, seed=0, max_arms=None):
     camp, host = SimHost.pinned(load_campaign(path), noise_seed=seed)
-    from tuner.loop import CampaignLoop
+    from tuner.night.loop import CampaignLoop
 
     return CampaignLoop(camp, host, load_profile("simengine"), max_arms=max_arms).run()
 
@@ -58,7 +58,7 @@ def status(folder):
 
 
 def trials(folder):
-    from tuner.study import _storage
+    from tuner.night.study import _storage
 
     study = optuna.load_study(study_name=NAME, storage=_storage(folder / "optuna.journal"))
     return [(t.number, t.state.name, t.value, t.params, t.user_attrs) for t in study.get_trials()]

@@ -16,7 +16,7 @@ import pytest
 from arms.errors import ConfigError
 from report_journals import REPO, finished, records, simulated_night, starts
 from tuner.cli import main
-from tuner.export import export
+from tuner.morning.export import export
 
 REQUIRED = ["arm", "kind", "change_lever", "change_value", "verdict", "delta", "objective", "feasible", "violation",
             "decode_166", "decode_1087", "mad_166", "mad_1087", "ttft_166", "ttft_1087", "acceptance",
@@ -101,7 +101,7 @@ def test_optuna_dashboard_opens_the_campaign_storage_and_lists_its_trials(night)
     from optuna.trial import TrialState
     from optuna_dashboard._storage_url import get_storage     # how optuna-dashboard picks a storage from a path
 
-    from tuner.dashboard import storage, study_path
+    from tuner.morning.dashboard import storage, study_path
 
     path = study_path(night)
     guessed = get_storage(str(path))
@@ -165,7 +165,7 @@ def test_dashboard_serves_api_studies_on_loopback(night):
 
 
 def test_dashboard_refuses_a_busy_port_and_a_folder_without_a_study(night, tmp_path):
-    from tuner.dashboard import serve
+    from tuner.morning.dashboard import serve
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

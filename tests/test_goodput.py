@@ -58,7 +58,7 @@ def test_goodput_is_refused_in_simulated_time(tmp_path, capsys):
 
 
 def test_sweep_settings_reach_the_plan(tmp_path):
-    from tuner.campaign import load_campaign
+    from tuner.night.campaign import load_campaign
 
     camp = load_campaign(_campaign(tmp_path, "localhost/offload-tuner-simengine:latest"))
     p = camp.sweep_plan

@@ -5,8 +5,8 @@ import pytest
 
 from arms.errors import ConfigError
 from host.fake import FakeHost
-from tuner.guard import Guard, Production
-from tuner.journal import Journal
+from tuner.night.guard import Guard, Production
+from tuner.night.journal import Journal
 
 UNIT = "frank-primary.service"
 

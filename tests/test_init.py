@@ -11,8 +11,8 @@ from arms.bootlog import parse_boot_log
 from arms.errors import ConfigError
 from arms.shape import Shape
 from tuner import cli
-from tuner.campaign import load_campaign
-from tuner.init import guess_profile, render_campaign, shape_from_inspect
+from tuner.night.campaign import load_campaign
+from tuner.production.init import guess_profile, render_campaign, shape_from_inspect
 
 DIGEST = "sha256:" + "7" * 64
 IMAGE = {"Digest": DIGEST, "RepoDigests": ["quay.io/other/vllm@sha256:" + "1" * 64, f"docker.io/tcclaviger/vllm@{DIGEST}"],

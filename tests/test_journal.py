@@ -7,9 +7,9 @@ import pytest
 
 from arms.errors import ConfigError
 from arms.shape import ABSENT, Shape
-from tuner.journal import Journal, redact, repair_tail
-from tuner.values import encode as encode_value
-from tuner.state import replay
+from tuner.night.journal import Journal, redact, repair_tail
+from arms.values import encode as encode_value
+from tuner.night.state import replay
 
 IMG = "localhost/x@sha256:" + "a" * 64
 BASE = Shape.from_mapping({"image": IMG, "model": "/m", "args": {"expert-prefetch": 1, "max-num-seqs": 4}})
@@ -97,7 +97,7 @@ def test_replay_rebuilds_incumbent_samples_and_open_arms(tmp_path):
 
 
 def test_incremental_replay_equals_the_full_replay_after_every_record(tmp_path):
-    from tuner.state import Replay
+    from tuner.night.state import Replay
 
     j = Journal(tmp_path / "j.jsonl")
     follower = Replay(BASE)
@@ -118,7 +118,7 @@ def test_incremental_replay_equals_the_full_replay_after_every_record(tmp_path):
 
 
 def test_record_types_one_codec_each_way():
-    from tuner import records as R
+    from tuner.night import records as R
 
     shape = BASE.to_dict()
     d = R.encode("arm_start", 3, 1.5, {"arm": 0, "kind": "baseline", "shape": shape, "incumbent": BASE.key()})

@@ -172,7 +172,7 @@ def test_init_from_a_running_llama_server_container_round_trips_to_the_identical
         tmp_path, podman_host, llama_image, moe_model):
     from arms.lifecycle import container_spec
     from tuner import cli
-    from tuner.campaign import load_campaign
+    from tuner.night.campaign import load_campaign
 
     port = free_port()
     cmd = ["-m", str(moe_model), "-c", "1024", "-np", "1", "-t", "1", "-tb", "1", "-ot", r"blk\.[0-3]\.ffn_.*_exps=CPU",

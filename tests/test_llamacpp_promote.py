@@ -10,8 +10,8 @@ import pytest
 
 from arms.shape import Shape
 from arms.spellings import flag_table
-from tuner.envfile import check_mapping, parse_env_file, render_env_file
-from tuner.units import parse_quadlet, parse_service, render_quadlet, render_service
+from tuner.production.envfile import check_mapping, parse_env_file, render_env_file
+from tuner.production.units import parse_quadlet, parse_service, render_quadlet, render_service
 
 LLAMA = flag_table("llamacpp")
 BASE = Shape.from_mapping({

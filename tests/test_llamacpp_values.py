@@ -69,9 +69,9 @@ def test_a_value_with_another_argv_stays_as_written(name, value):
 
 
 def test_the_bug_a_quoted_on_baseline_and_a_yaml_on_lever_are_one_shape(tmp_path):
-    from tuner.campaign import load_campaign
-    from tuner.search import candidates
-    from tuner.state import replay
+    from tuner.night.campaign import load_campaign
+    from tuner.night.search import candidates
+    from tuner.night.state import replay
 
     path = tmp_path / "c.yaml"
     path.write_text(f"""name: onoff
@@ -126,7 +126,7 @@ def test_a_lever_refused_stays_refused_in_the_library():
 
 
 def test_change_on_the_command_line_is_canonical_too(tmp_path):
-    from tuner.campaign import load_campaign, parse_change
+    from tuner.night.campaign import load_campaign, parse_change
 
     path = tmp_path / "c.yaml"
     path.write_text(f"""name: change

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.test_campaign_sim import campaign
-from tuner.lock import CampaignBusy, CampaignLock, holder, is_held
+from tuner.night.lock import CampaignBusy, CampaignLock, holder, is_held
 
 
 def tuner(*args, timeout=300):
@@ -78,7 +78,7 @@ def test_status_leaves_a_torn_journal_byte_identical(tmp_path):
 
 
 def test_a_writer_killed_by_sigkill_leaves_the_folder_free(tmp_path):
-    code = ("import os, signal, sys; from tuner.lock import CampaignLock; CampaignLock(sys.argv[1]).acquire(); "
+    code = ("import os, signal, sys; from tuner.night.lock import CampaignLock; CampaignLock(sys.argv[1]).acquire(); "
             "os.kill(os.getpid(), signal.SIGKILL)")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c")], cwd=REPO, timeout=60)
     assert r.returncode == -signal.SIGKILL

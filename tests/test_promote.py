@@ -16,11 +16,11 @@ from arms.lifecycle import container_spec
 from arms.shape import ABSENT, Shape
 from host.fake import FakeHost
 from tuner import cli
-from tuner.journal import Journal
-from tuner.production import parse_file
-from tuner.promote import promote, rollback
-from tuner.values import encode as encode_value
-from tuner.units import parse_env_file, parse_quadlet, parse_service
+from tuner.night.journal import Journal
+from tuner.production.context import parse_file
+from tuner.production.promote import promote, rollback
+from arms.values import encode as encode_value
+from tuner.production.units import parse_env_file, parse_quadlet, parse_service
 
 UNIT = "frank-primary.service"
 DIGEST = "localhost/offload-tuner-simengine@sha256:" + "ab" * 32
@@ -155,7 +155,7 @@ def quadlet_night(tmp_path):
     base = base_shape()
     folder = write_campaign(tmp_path, base, night(base), production(tmp_path, "quadlet"))
     target = tmp_path / "quadlet" / "frank-primary.container"
-    from tuner.units import render_quadlet
+    from tuner.production.units import render_quadlet
 
     target.parent.mkdir()
     target.write_text(render_quadlet(base, style="vllm", container_name="frank-primary", podman_version="5.0",
@@ -408,7 +408,7 @@ def real_night(tmp_path, base, form, winner_change, decode, boot_s):
     arms = night(base, winner_change, decode=(decode / 2, decode), boot_s=boot_s)
     folder = write_campaign(tmp_path, base, arms, production(tmp_path, form), min_effect=0.15)
     target = {"quadlet": tmp_path / "quadlet" / "frank-primary.container", "unit": tmp_path / "units" / UNIT}[form]
-    from tuner.units import render_quadlet, render_service
+    from tuner.production.units import render_quadlet, render_service
 
     render = render_quadlet if form == "quadlet" else render_service
     kw = {"podman_version": "5.0"} if form == "quadlet" else {}
@@ -528,7 +528,7 @@ def test_a_running_night_is_still_running_not_without_a_winner(tmp_path):
 
 
 def test_the_demo_campaign_promotes_into_a_folder_it_owns():
-    from tuner.campaign import load_campaign
+    from tuner.night.campaign import load_campaign
 
     camp = load_campaign(Path(__file__).resolve().parent.parent / "examples" / "sim-campaign.yaml")
     prod = camp.production
@@ -541,10 +541,10 @@ def test_promote_refuses_while_a_run_holds_the_folder_and_holds_it_while_it_writ
     import subprocess
     import sys
 
-    from tuner.lock import CampaignBusy, CampaignLock, holder, is_held
+    from tuner.night.lock import CampaignBusy, CampaignLock, holder, is_held
 
     folder, target, base = quadlet_night
-    run = subprocess.Popen([sys.executable, "-c", "import sys, time; from tuner.lock import CampaignLock; "
+    run = subprocess.Popen([sys.executable, "-c", "import sys, time; from tuner.night.lock import CampaignLock; "
                             "CampaignLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)",
                             str(folder)], stdout=subprocess.PIPE, text=True)
     try:

@@ -16,7 +16,7 @@ from arms.errors import ConfigError
 from arms.shape import Shape
 from report_journals import finished, load_bench, records, simulated_night, starts, write_journal
 from tuner.cli import main
-from tuner.report import _span, _words, build_report, render_html, render_markdown, write_report
+from tuner.morning.report import _span, _words, build_report, render_html, render_markdown, write_report
 
 
 @pytest.fixture(scope="session")
@@ -212,7 +212,7 @@ def test_an_arm_cut_by_a_crash_is_reported_as_interrupted(night, tmp_path):
 
 
 def test_html_refuses_unsafe_links_and_raw_html(night):
-    from tuner.report_model import Section
+    from tuner.morning.report_model import Section
 
     rep = build_report(night)
     rep.sections.insert(0, Section("Engine text").add("p", "evidence: [click](javascript:alert(1)) and "
@@ -229,7 +229,7 @@ def test_report_without_matplotlib_says_so_in_one_line(night, tmp_path, monkeypa
 
     for mod in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, mod, None)
-    monkeypatch.delitem(sys.modules, "tuner.report_plots", raising=False)
+    monkeypatch.delitem(sys.modules, "tuner.morning.report_plots", raising=False)
     folder = tmp_path / "night"
     shutil.copytree(night, folder)
     shutil.rmtree(folder / "report", ignore_errors=True)
@@ -243,7 +243,7 @@ def test_report_and_status_print_the_journaled_band_incumbent_value_and_error_ra
     """The report's incumbent value, noise band, decision band, error rate and comparison
     intervals are the journal's (campaign_end's ``judged``, the compare records), the same
     numbers `tuner status --json` gives, and the loop's own (a fresh replay agrees)."""
-    from tuner.state import replay
+    from tuner.night.state import replay
 
     recs = records(night)
     end = next(r for r in reversed(recs) if r["op"] == "campaign_end")
@@ -293,10 +293,10 @@ def test_report_reads_the_judgement_it_never_recomputes_it(night, tmp_path, caps
 
 
 def test_a_lever_value_reads_the_same_in_the_report_status_and_export(night):
-    """One codec (tuner/values.py): each arm's change as export, status and the report show it."""
-    from tuner import values
-    from tuner.export import arms_frame
-    from tuner.status import status_data
+    """One codec (arms/values.py): each arm's change as export, status and the report show it."""
+    from arms import values
+    from tuner.morning.export import arms_frame
+    from tuner.morning.status import status_data
 
     recs = records(night)
     frame = arms_frame(recs).set_index("arm")

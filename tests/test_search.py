@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from arms.shape import ABSENT, Lever, Shape
-from tuner.journal import Journal
-from tuner.search import candidates, encode_value, propose
-from tuner.state import replay
+from tuner.night.journal import Journal
+from tuner.night.search import candidates, encode_value, propose
+from tuner.night.state import replay
 
 IMG = "localhost/x@sha256:" + "b" * 64
 BASE = Shape.from_mapping({"image": IMG, "model": "/m", "args": {"expert-prefetch": 1, "max-num-seqs": 4},
@@ -174,7 +174,7 @@ def test_a_change_too_noisy_to_ever_decide_waits_behind_every_other_candidate():
     Its effect is the most uncertain, so plain expected gain would try it first at every new
     incumbent; but at its boot cap it could only show an effect above ~+35 %, so it is worth
     less than an untried change and a change that read +1.5 % ± 1 %."""
-    from tuner.search import expected_gain, provable
+    from tuner.night.search import expected_gain, provable
 
     noisy = {"effect": 0.02, "se": 0.10, "boots": [3, 2], "hi": 0.2}
     quiet = {"effect": 0.015, "se": 0.01, "boots": [3, 2], "hi": 0.03}

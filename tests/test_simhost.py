@@ -276,9 +276,9 @@ def test_a_simulated_night_never_probes_the_real_machine_and_keeps_simulated_tim
     import host.probes as probes
     from host.simhost import EPOCH
     from tests.test_campaign_sim import campaign
-    from tuner.campaign import load_campaign
-    from tuner.export import read_records
-    from tuner.loop import CampaignLoop
+    from tuner.night.campaign import load_campaign
+    from tuner.night.readback import read_records
+    from tuner.night.loop import CampaignLoop
 
     def forbidden(*a, **k):
         raise AssertionError("a simulated night touched the real machine's probes")

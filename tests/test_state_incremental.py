@@ -3,7 +3,7 @@ change and by incumbent, the measurements by shape, the arms since the last re-m
 promotion looks), so the loop's per-arm bookkeeping does not grow with the night
 (bench/replay_scale.py). After every arm of a simulated night, and after every record of a
 replay whose arms end out of order or start twice, they equal the pass over every arm that
-``State`` used to make (``tuner.state.from_scratch``)."""
+``State`` used to make (``tuner.night.state.from_scratch``)."""
 from __future__ import annotations
 
 import json
@@ -11,9 +11,9 @@ import json
 from arms.profiles import load_profile
 from host.simhost import SimHost
 from tests.test_campaign_sim import campaign
-from tuner.campaign import load_campaign
-from tuner.loop import CampaignLoop
-from tuner.state import Replay, from_scratch, incremental
+from tuner.night.campaign import load_campaign
+from tuner.night.loop import CampaignLoop
+from tuner.night.state import Replay, from_scratch, incremental
 
 
 def agree(st) -> None:

@@ -1,4 +1,4 @@
-"""Production files from shapes (tuner/units.py, envfile.py, unitsyntax.py): tables of shapes,
+"""Production files from shapes (tuner/production/units.py, envfile.py, unitsyntax.py): tables of shapes,
 podman versions and env-file values; every rendered unit passes `systemd-analyze verify`."""
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import pytest
 
 from arms.errors import ConfigError
 from arms.shape import ABSENT, Mount, Shape
-from tuner.envfile import (
+from tuner.production.envfile import (
     check_mapping,
     env_text,
     parse_env_file,
     redact_text,
     render_env_file,
 )
-from tuner.guard import Production
-from tuner.units import (
+from tuner.night.guard import Production
+from tuner.production.units import (
     parse_quadlet,
     parse_service,
     render_quadlet,
@@ -27,7 +27,7 @@ from tuner.units import (
     timeout_start_s,
     version_tuple,
 )
-from tuner.unitsyntax import join_words, parse_engine_argv, parse_ini, split_words
+from tuner.production.unitsyntax import join_words, parse_engine_argv, parse_ini, split_words
 
 DIGEST = "docker.io/tcclaviger/vllm@sha256:" + "da40" * 16
 SEED_ARGS = {"tensor-parallel-size": 2, "max-model-len": 32768, "gpu-memory-utilization": 0.98,
@@ -144,7 +144,7 @@ def test_unknown_container_option_is_refused_by_name():
 
 def test_existing_unit_and_install_sections_are_carried_over():
     old = "[Unit]\nDescription=old\nAfter=mnt-models.mount\n[Container]\nImage=x\n[Install]\nWantedBy=default.target\n"
-    from tuner.units import kept_sections
+    from tuner.production.units import kept_sections
 
     text = quadlet(SEED, kept=kept_sections(old))
     pairs = parse_ini(text)

@@ -1,4 +1,4 @@
-"""One lever-value codec (tuner/values.py): journal JSON, Optuna's strings and the text a person
+"""One lever-value codec (arms/values.py): journal JSON, Optuna's strings and the text a person
 reads, each made in one place."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from arms.shape import ABSENT, format_value
-from tuner import values
+from arms import values
 
 SPEC = {"method": "mtp", "num_speculative_tokens": 4}
 
@@ -44,11 +44,13 @@ def test_the_study_string_is_sealed_and_joint_choices_stay_distinct():
 
 
 def test_no_other_lever_value_wrapper_in_the_tuner():
-    """Text, journal JSON and study strings of a lever value come from tuner/values.py only
+    """Text, journal JSON and study strings of a lever value come from arms/values.py only
     (units.py and envfile.py spell values for a unit file, the engine's spelling)."""
-    root = Path(values.__file__).parent
-    allowed = {"values.py", "units.py", "envfile.py"}
-    for p in sorted(root.glob("*.py")):
+    import tuner
+
+    root = Path(tuner.__file__).parent
+    allowed = {"units.py", "envfile.py"}
+    for p in sorted(root.rglob("*.py")):
         if p.name in allowed:
             continue
         src = p.read_text()

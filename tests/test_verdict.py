@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from arms.errors import ConfigError
-from tuner.verdict import Constraints, NoiseBand, Objective, Score, judge
+from tuner.night.verdict import Constraints, NoiseBand, Objective, Score, judge
 
 M = {"depths": {"166": {"median_decode_tok_s": 40.0}, "1087": {"median_decode_tok_s": 37.0},
                 "4064": {"median_decode_tok_s": 37.5}}}

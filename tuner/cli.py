@@ -49,7 +49,7 @@ def _prepare(campaign_path: str, change_texts: list[str]):
     """Campaign, profile, host and the shape to boot — all checked before anything starts."""
     from arms.profiles import load_profile
     from host.podman_host import PodmanHost
-    from tuner.campaign import check_model_path, check_paths, load_campaign, parse_change
+    from tuner.night.campaign import check_model_path, check_paths, load_campaign, parse_change
 
     camp = load_campaign(campaign_path)
     profile = load_profile(camp.engine, camp.profile_overrides or None)
@@ -80,7 +80,7 @@ def _prepare(campaign_path: str, change_texts: list[str]):
 def cmd_boot(ns) -> int:
     from arms.boot import boot_arm
     from arms.lifecycle import sweep_orphans
-    from tuner.render import boot_table
+    from tuner.morning.render import boot_table
 
     camp, profile, host, shape, changes = _prepare(ns.campaign, ns.change)
     sweep_orphans(host, camp.name)
@@ -149,9 +149,9 @@ def cmd_measure(ns) -> int:
     if not ns.campaign:
         raise ConfigError("give a campaign file, or --url http://HOST:PORT --profile NAME for a running engine")
     from arms.lifecycle import sweep_orphans
-    from tuner.arm_runner import ArmRunner
-    from tuner.render import arm_report, boot_table
-    from tuner.verdict import NoiseBand
+    from tuner.night.arm_runner import ArmRunner
+    from tuner.morning.render import arm_report, boot_table
+    from tuner.night.verdict import NoiseBand
 
     camp, profile, host, shape, changes = _prepare(ns.campaign, ns.change)
     plan = camp.measure
@@ -178,9 +178,9 @@ def cmd_measure(ns) -> int:
 
 # -- campaign: check, run, status -------------------------------------------------------------
 def cmd_check(ns) -> int:
-    from tuner.search import candidates, propose
-    from tuner import values
-    from tuner.state import replay
+    from tuner.night.search import candidates, propose
+    from arms import values
+    from tuner.night.state import replay
 
     camp, profile, host, shape, _ = _prepare(ns.campaign, [])
     if ns.json:
@@ -208,7 +208,7 @@ def cmd_check(ns) -> int:
 
 
 def cmd_schema(ns) -> int:
-    from tuner.schema import json_schema
+    from tuner.night.schema import json_schema
 
     print(json.dumps(json_schema(), indent=1, sort_keys=True))
     return 0
@@ -221,20 +221,20 @@ def cmd_run(ns) -> int:
 
 
 def cmd_status(ns) -> int:
-    from tuner.status import print_status
+    from tuner.morning.status import print_status
 
     return print_status(ns)
 
 
 # -- report, export, dashboard ---------------------------------------------------------------
 def cmd_report(ns) -> int:
-    from tuner.report import write_report
+    from tuner.morning.report import write_report
 
     md = write_report(ns.campaign)
     if ns.json:
-        from tuner.daemon import _folder
+        from tuner.night.readback import folder_of
 
-        folder = _folder(ns.campaign)
+        folder = folder_of(ns.campaign)
         print(json.dumps({"folder": str(folder), "markdown": str(folder / "REPORT.md"),
                           "html": str(folder / "report.html"),
                           "plots": sorted(str(p) for p in (folder / "report").glob("*.png"))}, indent=1))
@@ -244,7 +244,7 @@ def cmd_report(ns) -> int:
 
 
 def cmd_export(ns) -> int:
-    from tuner.export import export
+    from tuner.morning.export import export
 
     path = export(ns.campaign, ns.format, ns.output)
     print(json.dumps({"path": str(path), "format": ns.format}) if ns.json else path)
@@ -252,7 +252,7 @@ def cmd_export(ns) -> int:
 
 
 def cmd_dashboard(ns) -> int:
-    from tuner.dashboard import serve
+    from tuner.morning.dashboard import serve
 
     serve(ns.campaign, ns.port)
     return 0
@@ -260,10 +260,10 @@ def cmd_dashboard(ns) -> int:
 
 # -- production: promote, rollback; init -------------------------------------------------------
 def cmd_promote(ns) -> int:
-    from tuner.daemon import _folder
-    from tuner.promote import promote
+    from tuner.night.readback import folder_of
+    from tuner.production.promote import promote
 
-    res = promote(_folder(ns.campaign), ns.arm, dry_run=ns.dry_run, force=ns.force, margin_s=ns.margin_s,
+    res = promote(folder_of(ns.campaign), ns.arm, dry_run=ns.dry_run, force=ns.force, margin_s=ns.margin_s,
                   write_only=ns.write_only,
                   **({"out": lambda _line: None} if ns.json else {}))
     if ns.json:
@@ -274,10 +274,10 @@ def cmd_promote(ns) -> int:
 
 
 def cmd_rollback(ns) -> int:
-    from tuner.daemon import _folder
-    from tuner.promote import rollback
+    from tuner.night.readback import folder_of
+    from tuner.production.promote import rollback
 
-    res = rollback(_folder(ns.campaign), force=ns.force, write_only=ns.write_only, **({"out": lambda _line: None} if ns.json else {}))
+    res = rollback(folder_of(ns.campaign), force=ns.force, write_only=ns.write_only, **({"out": lambda _line: None} if ns.json else {}))
     if ns.json:
         from dataclasses import asdict
 
@@ -286,7 +286,7 @@ def cmd_rollback(ns) -> int:
 
 
 def cmd_init(ns) -> int:
-    from tuner.init import init_from_container
+    from tuner.production.init import init_from_container
 
     path = init_from_container(ns.from_container, ns.output, podman=ns.podman, force=ns.force)
     print(json.dumps({"path": str(path)}) if ns.json else

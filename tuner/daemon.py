@@ -8,10 +8,9 @@ import socket
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 from arms.errors import ConfigError
-from tuner import values
+from arms import values
 
 log = logging.getLogger("tuner.daemon")
 
@@ -34,9 +33,9 @@ def sd_notify(msg: str) -> bool:
 
 
 def _detach(ns) -> int:
-    from tuner.campaign import load_campaign
+    from tuner.night.campaign import load_campaign
 
-    from tuner.lock import CampaignLock
+    from tuner.night.lock import CampaignLock
 
     camp = load_campaign(ns.campaign)
     with CampaignLock(camp.folder):        # refuse here, in the operator's terminal, not in daemon.log
@@ -72,11 +71,11 @@ def _host_and_shape(camp, simulated: bool):
 
 
 def run_campaign(ns) -> int:
-    """`tuner run`: the campaign folder's one writer, for its whole life (``tuner.lock``)."""
+    """`tuner run`: the campaign folder's one writer, for its whole life (``tuner.night.lock``)."""
     if ns.detach:
         return _detach(ns)
-    from tuner.campaign import load_campaign
-    from tuner.lock import CampaignLock
+    from tuner.night.campaign import load_campaign
+    from tuner.night.lock import CampaignLock
 
     from arms.secrets import SealFilter, Sealer
 
@@ -92,8 +91,8 @@ def run_campaign(ns) -> int:
 
 
 def _run_locked(ns, camp) -> int:
-    from tuner.campaign import check_paths
-    from tuner.loop import CampaignLoop, deadline_from
+    from tuner.night.campaign import check_paths
+    from tuner.night.loop import CampaignLoop, deadline_from
 
     host, profile, info = _host_and_shape(camp, ns.simulated)
     baseline = replace(camp.baseline, image=info.ref)
@@ -114,7 +113,7 @@ def _run_locked(ns, camp) -> int:
                               "before the campaign, or use production.guard: stop-and-restore")
     deadline = deadline_from(camp.search.budget, host.now(), host.wall())      # a simulated night: its own clock
     max_arms = ns.max_arms or camp.search.budget.max_arms
-    from tuner.liveview import NightView      # header + scrolling log on a tty; sd_notify STATUS/WATCHDOG always
+    from tuner.morning.liveview import NightView      # header + scrolling log on a tty; sd_notify STATUS/WATCHDOG always
 
     view = NightView(camp, deadline=deadline, max_arms=max_arms, clock=host.now, notify=sd_notify,
                      live=not ns.quiet and sys.stderr.isatty(), simulated=bool(ns.simulated))
@@ -156,9 +155,3 @@ def arms_table(st, last: int | None = None):
                   "" if e.get("delta") is None else f"{e['delta']:+.1%}",
                   "" if not e.get("boot") else f"{e['boot'].get('boot_s', 0):.0f}")
     return t
-
-
-def _folder(arg: str) -> Path:
-    from tuner.journal import folder_of
-
-    return folder_of(arg)

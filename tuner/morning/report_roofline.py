@@ -15,7 +15,7 @@ from pathlib import Path
 from arms.headroom import Roofline, bytes_per_token
 from arms.profiles import load_profile
 
-from .report import Section, missing
+from tuner.morning.report_model import Section, missing
 
 log = logging.getLogger("tuner.report")
 

@@ -1,4 +1,4 @@
-"""The sections of the morning report, as plain blocks (see ``tuner.report.Section``).
+"""The sections of the morning report, as plain blocks (see ``tuner.morning.report.Section``).
 
 Every table is a pandas DataFrame of display strings; every group of rows past a cap becomes
 one line of counts, so a 10,000-arm night gives a report of the same size as a 50-arm one.
@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from . import values
-from .compare import ERROR_RATE
-from .records import latest_judged
-from .status import baseline_objective
-from .status import gain as status_gain
-from .report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS, Section, _num, _pct,
+from arms import values
+from tuner.night.compare import ERROR_RATE
+from tuner.night.records import latest_judged
+from tuner.morning.status import baseline_objective
+from tuner.morning.status import gain as status_gain
+from tuner.morning.report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS, Section, _num, _pct,
                      _span, _when, _words, missing)
 
 
@@ -148,7 +148,7 @@ def _delta(v, ref, fmt) -> str:
 
 def memory(b, df: pd.DataFrame) -> Section:
     s = Section("Memory plan")
-    from .render import plan_rows
+    from tuner.morning.render import plan_rows
 
     inc_n = b.inc_arm.get(b.st.incumbent.key())
     inc = b.arms.get(inc_n) if inc_n is not None else None
@@ -356,7 +356,7 @@ def plots(b) -> Section:
 
 
 def sections(b, df: pd.DataFrame, series: list[dict]) -> list[Section]:
-    from .report_roofline import roofline
+    from tuner.morning.report_roofline import roofline
 
     out = [headline(b, df, series), arm_table(b, df), memory(b, df), roofline(b, df), failures(b, df),
            quality(b, df), telemetry(b, df), constraints(b, df), decisions(b, df), plots(b)]

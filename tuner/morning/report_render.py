@@ -1,4 +1,4 @@
-"""Markdown and self-contained HTML from a report's sections (``tuner.report``).
+"""Markdown and self-contained HTML from a report's sections (``tuner.morning.report``).
 
 Text blocks carry a little Markdown (``code``, **bold**, [links](relative/path)). report.html is
 the same Markdown rendered by markdown-it-py (CommonMark + tables) with raw HTML off, so engine

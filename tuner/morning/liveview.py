@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from tuner.status import PHASE_FILE, incumbent_changes
+from tuner.morning.status import PHASE_FILE, incumbent_changes
 
 _START = re.compile(r"^\[arm (\d+) START (\w+)\] (.*?)(?: — .*)?$")
 _BOOT = re.compile(r"^\[\S+ BOOT\] .* started as ")

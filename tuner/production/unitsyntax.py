@@ -1,5 +1,5 @@
 """The text syntax under production files: systemd unit files, command lines, env files, and
-an engine's argv read back into (model, args, port). Pure functions; ``tuner.units`` builds
+an engine's argv read back into (model, args, port). Pure functions; ``tuner.production.units`` builds
 Quadlet files, plain units and env files out of them.
 
 systemd rules followed (systemd.syntax(7), systemd.service(5) "Command lines"):

@@ -5,7 +5,7 @@ sections as plain data: a headline, the arm table grouped as in seed 002 (incumb
 baseline and re-checks, unconfirmed wins, parity, worse, failures), the memory plan of each arm
 against its incumbent's, failures by class with the engine's own lines, the quality guard,
 telemetry findings, constraints, and the inputs of three plots. ``render_markdown`` and
-``render_html`` (``tuner.report_render``) turn the same sections into REPORT.md and a
+``render_html`` (``tuner.morning.report_render``) turn the same sections into REPORT.md and a
 self-contained report.html. Everything is one pass over the arms: 10,000 arms render in seconds,
 because tables summarise beyond a few rows per group and the plots cap what they draw.
 """
@@ -20,11 +20,12 @@ import pandas as pd
 from arms.errors import ConfigError
 from arms.shape import ABSENT, Change, Shape
 
-from . import values
-from .export import arm_pairs, arms_frame, campaign_folder, load_records
-from .state import replay
-from .verdict import Constraints
-from .report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS,  # noqa: F401
+from arms import values
+from tuner.morning.export import arm_pairs, arms_frame
+from tuner.night.readback import campaign_folder, load_records
+from tuner.night.state import replay
+from tuner.night.verdict import Constraints
+from tuner.morning.report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS,  # noqa: F401
                            Section, _num, _pct, _span, _when, _words, missing)
 
 @dataclass
@@ -32,16 +33,16 @@ class Report:
     folder: Path
     name: str
     objective: str
-    frame: pd.DataFrame               # tuner.export's flat columns + words, group, order
+    frame: pd.DataFrame               # tuner.morning.export's flat columns + words, group, order
     sections: list[Section]
-    plots: dict                       # inputs of tuner.report_plots
+    plots: dict                       # inputs of tuner.morning.report_plots
     _pngs: dict | None = None
 
     def pngs(self) -> dict[str, bytes]:
         """name -> PNG bytes, drawn once per report."""
         if self._pngs is None:
             try:
-                from .report_plots import draw_all
+                from tuner.morning.report_plots import draw_all
             except ImportError as e:           # matplotlib missing: the report still renders, and says so
                 self._pngs = {}
                 self.plot_note = (f"plots skipped: {(e.name or 'matplotlib').split('.')[0]} is not installed "
@@ -84,7 +85,7 @@ class _Builder:
         if not any(a.end is not None for a in self.arms.values()):
             raise ConfigError(f"{folder}: no finished arms yet, nothing to report "
                               "(the first arm is still running, or the campaign never started one)")
-        # The incumbent, its re-measures and its moves come from tuner.state.replay, run once over
+        # The incumbent, its re-measures and its moves come from tuner.night.state.replay, run once over
         # the records that decide them (campaign, incumbent moves, baseline and re-check arms): the
         # same State as over the whole journal, without a Shape for each of 10,000 probes.
         self.st = replay([r for r in records if r["op"] not in ("arm_start", "arm_end", "told")
@@ -221,7 +222,7 @@ def build_report(folder: str | Path) -> Report:
     b = _Builder(folder, load_records(folder))
     df = b.annotate()
     series = b.series()
-    from .report_sections import sections
+    from tuner.morning.report_sections import sections
 
     secs = sections(b, df, series)
     t0 = b.records[0].get("t") or 0.0
@@ -232,13 +233,13 @@ def build_report(folder: str | Path) -> Report:
 
 
 def render_markdown(report: Report) -> str:
-    from .report_render import markdown
+    from tuner.morning.report_render import markdown
 
     return markdown(report)
 
 
 def render_html(report: Report) -> str:
-    from .report_render import html
+    from tuner.morning.report_render import html
 
     return html(report)
 

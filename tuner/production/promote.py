@@ -3,7 +3,7 @@ and take it back out — every restart of that service is an outage, so each ste
 
 promote:  choose the arm (the final incumbent, or ``--arm N``: it must be ``better`` and
           confirmed by a second boot unless ``--force``) -> render the production file in the
-          campaign's form (tuner.units) -> show the diff, secrets redacted (``--dry-run`` stops
+          campaign's form (tuner.production.units) -> show the diff, secrets redacted (``--dry-run`` stops
           here) -> back the current file up beside it -> write the new one -> daemon-reload ->
           restart -> wait for health within the arm's measured boot time + margin -> a smoke
           measurement at one depth -> keep it, or roll back when the unit failed, health timed
@@ -32,9 +32,9 @@ from arms.argv import is_secret
 from arms.errors import ConfigError, HostError
 from host.systemd import SystemdHost, WriteOnlyHost
 
-from .guard import Production
-from .lock import CampaignLock
-from .production import (
+from tuner.night.guard import Production
+from tuner.night.lock import CampaignLock
+from tuner.production.context import (
     Context,
     Smoke,
     Target,
@@ -123,7 +123,7 @@ def promote(folder, arm: int | None = None, *, dry_run: bool = False, force: boo
             margin_s: float | None = None, poll_s: float = 2.0, smoke: Smoke | None = None,
             out: Callable[[str], None] = print, write_only: bool = False) -> Result:
     """Promote (see the module). A dry run only reads; otherwise the campaign folder's writer lock
-    (``tuner.lock``) is held from the first read to the last journal line, so a `tuner run` of
+    (``tuner.night.lock``) is held from the first read to the last journal line, so a `tuner run` of
     the same campaign refuses meanwhile, and a promote refuses while one runs."""
     if dry_run:
         return _promote_locked(load_context(folder, writer=False), arm, True, force, host, margin_s, poll_s,

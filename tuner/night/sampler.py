@@ -2,7 +2,7 @@
 
 Each arm is one Optuna trial. ``OneChangeSampler`` samples the trial's one parameter, ``lever``
 (the lever the arm changes, ``(incumbent)`` for a re-measure or the head-to-head), from the
-policy's proposal (``tuner.search.propose`` over the replayed journal: sequential comparisons,
+policy's proposal (``tuner.night.search.propose`` over the replayed journal: sequential comparisons,
 expected-gain order); ``before_trial`` writes why into the trial's user attrs (kind, value,
 why), so optuna-dashboard shows what the search did and why.
 
@@ -22,8 +22,8 @@ from optuna.samplers import BaseSampler
 from optuna.trial import TrialState
 
 
-from . import values
-from .search import Proposal
+from arms import values
+from tuner.night.search import Proposal
 
 
 class OneChangeSampler(BaseSampler):

@@ -26,7 +26,7 @@ from arms.argv import is_secret
 from arms.errors import ConfigError
 from arms.shape import ABSENT, Shape, format_value, lever_name
 
-from .unitsyntax import env_value, parse_env_line
+from tuner.production.unitsyntax import env_value, parse_env_line
 
 __all__ = ["HEADER", "check_mapping", "env_text", "parse_env_file", "redact_text", "render_env_file"]
 

@@ -1,5 +1,5 @@
-"""The pieces of a morning report that the report builder (``tuner.report``) and its sections
-(``tuner.report_sections``) share: limits, the Section block list, value formatting. Both
+"""The pieces of a morning report that the report builder (``tuner.morning.report``) and its sections
+(``tuner.morning.report_sections``) share: limits, the Section block list, value formatting. Both
 import from here, so neither imports the other at module level."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 
 from arms.shape import ABSENT, Change
 
-from .values import text
+from arms.values import text
 
 ROWS_PER_GROUP = 25          # arm-table rows per group before the rest is summarised
 MEMORY_ROWS = 40

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from arms.errors import ConfigError
 
-from tuner import values
-from tuner.compare import ERROR_RATE
+from arms import values
+from tuner.night.compare import ERROR_RATE
 
-PHASE_FILE = "phase.json"        # written by the running daemon (tuner/liveview.py)
+PHASE_FILE = "phase.json"        # written by the running daemon (tuner/morning/liveview.py)
 
 
 def _pid_alive(folder: Path) -> int | None:
@@ -73,7 +73,7 @@ def _deadline(records: list[dict], start: dict) -> float | None:
     if budget.get("hours") is not None:
         return t0 + float(budget["hours"]) * 3600
     if budget.get("until"):
-        from tuner.campaign import Budget
+        from tuner.night.campaign import Budget
 
         hh, mm = (int(x) for x in str(budget["until"]).strip().split(":"))
         return Budget(until=(hh, mm), timezone=budget.get("timezone")).until_epoch(t0)
@@ -82,9 +82,9 @@ def _deadline(records: list[dict], start: dict) -> float | None:
 
 def status_data(folder: Path) -> dict:
     from arms.shape import Shape
-    from tuner.export import read_records
-    from tuner.records import latest_judged
-    from tuner.state import replay
+    from tuner.night.readback import read_records
+    from tuner.night.records import latest_judged
+    from tuner.night.state import replay
 
     jpath = folder / "journal.jsonl"
     if not jpath.exists():
@@ -147,7 +147,7 @@ def status_data(folder: Path) -> dict:
 
 def baseline_objective(arms: list[dict]) -> float | None:
     """The production shape's objective: its first measured baseline arm's (rows with kind and
-    objective, as ``status_data``'s arm list or ``tuner.export``'s frame)."""
+    objective, as ``status_data``'s arm list or ``tuner.morning.export``'s frame)."""
     return next((x["objective"] for x in arms if x["kind"] == "baseline" and x["objective"] is not None), None)
 
 
@@ -245,9 +245,9 @@ def _table(arms: list[dict], width: int, wide: bool) -> list[str]:
 def print_status(ns) -> int:
     import shutil
 
-    from tuner.daemon import _folder
+    from tuner.night.readback import folder_of
 
-    d = status_data(_folder(ns.campaign))
+    d = status_data(folder_of(ns.campaign))
     if ns.json:
         print(json.dumps(d, indent=1, default=str))
         return 0

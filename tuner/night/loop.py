@@ -21,17 +21,17 @@ from arms.lifecycle import crashpoint, sweep_orphans
 from arms.profiles import EngineProfile
 from arms.secrets import Sealer
 
-from .arm_runner import ArmRunner
-from .compare import ERROR_RATE, Side, compare, estimate_drift, look_alpha
-from .sampler import OneChangeSampler, told_as, trial_of
-from .sampler import tell as sampler_tell
-from . import values
-from .guard import Guard
-from .journal import Journal, refuse_orphaned
-from .search import Proposal, apply, by_constraint, propose
-from .state import Replay, State
-from .study import open_study, sync_study
-from .verdict import Score
+from tuner.night.arm_runner import ArmRunner
+from tuner.night.compare import ERROR_RATE, Side, compare, estimate_drift, look_alpha
+from tuner.night.sampler import OneChangeSampler, told_as, trial_of
+from tuner.night.sampler import tell as sampler_tell
+from arms import values
+from tuner.night.guard import Guard
+from tuner.night.journal import Journal, refuse_orphaned
+from tuner.night.search import Proposal, apply, by_constraint, propose
+from tuner.night.state import Replay, State
+from tuner.night.study import open_study, sync_study
+from tuner.night.verdict import Score
 
 log = logging.getLogger("tuner.loop")
 EXTEND_CAP = 4        # a challenger's boot measures at most this many times the plan's runs
@@ -207,7 +207,7 @@ class CampaignLoop:
         return Summary(reason, len(st.arms), st.incumbent.key(), st.incumbent_value,
                        len(st.moves), verdict)
 
-    # -- sequential comparisons (tuner/compare.py) -------------------------------------------
+    # -- sequential comparisons (tuner/night/compare.py) -------------------------------------------
     @property
     def error_rate(self) -> float:
         return float((self.camp.raw.get("noise") or {}).get("error_rate", ERROR_RATE))
@@ -292,7 +292,7 @@ class CampaignLoop:
         return Proposal("joint", why="Optuna's sampler over the whole lever space")
 
     def _ask_joint(self):
-        """A whole shape from Optuna; its params are the levers' sealed choices (tuner.values)."""
+        """A whole shape from Optuna; its params are the levers' sealed choices (arms.values)."""
         dists = {name: CategoricalDistribution(values.choices(name, lever.values))
                  for name, lever in self.camp.levers.items()}
         trial = self.study.ask(dists)

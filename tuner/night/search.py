@@ -30,9 +30,9 @@ from statistics import NormalDist
 
 from arms.shape import Lever, Shape
 
-from . import values
-from .values import decode as decode_value, encode as encode_value  # noqa: F401 - the codec's names, for importers
-from .state import MEMORY, STRUCTURAL, State
+from arms import values
+from arms.values import decode as decode_value, encode as encode_value  # noqa: F401 - the codec's names, for importers
+from tuner.night.state import MEMORY, STRUCTURAL, State
 
 _N = NormalDist()
 BOOTS_CAP = 3            # boots of one challenger at one incumbent before it is called undecided

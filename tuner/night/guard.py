@@ -59,7 +59,7 @@ class Production:
 
 
 def _promotion(d: dict, where: str) -> dict:
-    """The promotion keys of a production section, checked (tuner/promote.py uses them)."""
+    """The promotion keys of a production section, checked (tuner/production/promote.py uses them)."""
     def bad(key: str, why: str) -> ConfigError:
         return ConfigError(f"{where}: key 'production.{key}': {why}")
 

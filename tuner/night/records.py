@@ -45,7 +45,7 @@ class ArmStart(Record):
     trial: int | None = None
     identity: str | None = None              # the real shape's key
     judged: dict | None = None               # the incumbent value and band it is judged against (State.judged)
-    params: dict | None = None               # a joint arm's study params (sealed choices, tuner.values)
+    params: dict | None = None               # a joint arm's study params (sealed choices, arms.values)
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class IncumbentMove(Record):
 @dataclass(frozen=True)
 class Compare(Record):
     """A challenger judged against the incumbent (or the head-to-head with the start): the
-    samples, the test, its interval and error rate (``tuner/compare.py``)."""
+    samples, the test, its interval and error rate (``tuner/night/compare.py``)."""
     arm: int = 0
     comparison: dict = field(default_factory=dict)
     change: list | None = None

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from arms.errors import ConfigError
 
-from .compare import ERROR_RATE
+from tuner.night.compare import ERROR_RATE
 
 log = logging.getLogger("tuner.campaign")
 
@@ -407,7 +407,7 @@ def _refuse_inert(raw: dict, rep: Report) -> None:
 def _semantic(raw: dict, model: CampaignModel | None, rep: Report) -> None:
     """What types alone cannot say: lever specs and names, the objective, `until`, the journal."""
     from arms.shape import ABSENT, Lever, lever_name
-    from tuner.verdict import Objective
+    from tuner.night.verdict import Objective
 
     obj = raw.get("objective")
     if isinstance(obj, str):

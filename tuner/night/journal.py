@@ -2,7 +2,7 @@
 
 Append-only JSON lines, one operation each (``{"op": ..., "seq": n, "t": wall, ...}``),
 written with flush + fsync so a returned ``append`` survives a kill -9. State is rebuilt by
-replaying the operations (``tuner.state.replay``). Secrets in env values are redacted before writing.
+replaying the operations (``tuner.night.state.replay``). Secrets in env values are redacted before writing.
 
 Damage never ends the night's record: a line that cannot be replayed (NULs of a power loss, not
 JSON, not an object, a record missing its fields) is skipped with one warning, and the writer
@@ -16,99 +16,15 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arms.secrets import Sealer, seal
-
-from .records import OPS, RecordError, decode, encode  # noqa: F401 - OPS: the closed set, re-exported
 from arms.errors import ConfigError
+from arms.secrets import Sealer, seal
+from tuner.night.readback import Damage, quarantine_path, read_journal
+from tuner.night.records import RecordError, encode
 
 log = logging.getLogger("tuner.journal")
-
-QUARANTINE_SUFFIX = ".quarantine.jsonl"
-
-def quarantine_path(path: Path) -> Path:
-    path = Path(path)
-    return path.with_name(path.stem + QUARANTINE_SUFFIX)
-
-
-@dataclass(frozen=True)
-class Damage:
-    """One line that cannot be replayed: its 1-based number, why, and its text (as read)."""
-    line: int
-    why: str
-    text: str
-
-    def to_dict(self) -> dict:
-        return {"line": self.line, "why": self.why, "text": self.text}
-
-
-@dataclass
-class JournalRead:
-    """A journal as read: the good records in order, the damaged lines, and a torn tail (the
-    bytes after the last newline — a writer died mid-line, or is writing it right now)."""
-    path: Path
-    records: list[dict]
-    damaged: list[Damage] = field(default_factory=list)
-    torn: bytes = b""
-    good_bytes: int = 0              # the bytes up to and including the last newline
-
-    def warn(self) -> None:
-        if self.damaged:
-            d = self.damaged[0]
-            log.warning("[journal] %s: %d damaged line(s) skipped, first line %d (%s); quarantine %s",
-                        self.path, len(self.damaged), d.line, d.why, quarantine_path(self.path))
-
-    def unreadable(self) -> ConfigError | None:
-        """The error for a journal with lines but not one record that can be replayed."""
-        if self.records or not self.damaged:
-            return None
-        d = self.damaged[0]
-        return ConfigError(f"{self.path}: no readable record (first bad line {d.line}: {d.why}); the damaged lines "
-                           f"are copied to {quarantine_path(self.path)} and nothing was deleted — move the journal "
-                           "aside to start this campaign afresh")
-
-
-def _why_damaged(line: bytes) -> tuple[str, dict | None]:
-    if b"\0" in line:
-        return "NUL bytes (a power loss mid-write?)", None
-    try:
-        rec = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return f"not JSON ({getattr(e, 'msg', e)})", None
-    try:
-        decode(rec)                                # the record types' one codec (tuner.records)
-    except RecordError as e:
-        return str(e), None
-    return "", rec
-
-
-def parse(data: bytes, path: Path) -> JournalRead:
-    """Split journal bytes into good records, damaged lines and a torn tail. Pure."""
-    cut = data.rfind(b"\n") + 1
-    out = JournalRead(Path(path), [], torn=data[cut:], good_bytes=cut)
-    for n, line in enumerate(data[:cut].split(b"\n")[:-1], 1):
-        if not line.strip():
-            continue
-        why, rec = _why_damaged(line)
-        if rec is None:
-            out.damaged.append(Damage(n, why, line.decode("utf-8", "backslashreplace")))
-        else:
-            out.records.append(rec)
-    return out
-
-
-def read_journal(path: Path, *, warn: bool = True) -> JournalRead:
-    """The reader's view: never writes, never locks. A torn tail is left alone (the writer may be
-    finishing it); damaged lines are skipped with one warning."""
-    path = Path(path)
-    data = path.read_bytes() if path.exists() else b""
-    got = parse(data, path)
-    if warn:
-        got.warn()
-    return got
 
 
 def quarantine(path: Path, damaged: list[Damage], torn: bytes = b"", clock=time.time) -> Path:
@@ -167,7 +83,7 @@ def redact(obj: Any) -> Any:
 
 class Journal:
     """The writer: repairs a torn tail, quarantines damaged lines, appends fsync'd records. One per
-    campaign folder at a time (``tuner.lock.CampaignLock`` is what makes it one)."""
+    campaign folder at a time (``tuner.night.lock.CampaignLock`` is what makes it one)."""
 
     def __init__(self, path: Path, clock=time.time, sealer: Sealer | None = None):
         self.path = Path(path)
@@ -225,13 +141,3 @@ def refuse_orphaned(folder: Path, journal: "Journal") -> None:
         raise ConfigError(f"{journal.path} has no campaign_start record but the folder holds {what}: the journal "
                           f"was emptied or lost; refusing to start a new night over them — restore the journal "
                           f"(or move {folder} aside to start afresh)")
-
-
-def folder_of(arg: str | Path) -> Path:
-    """A campaign folder given as itself, or as the campaign YAML file that writes to it."""
-    p = Path(arg)
-    if p.is_dir():
-        return p
-    from tuner.campaign import load_campaign
-
-    return load_campaign(str(arg)).folder

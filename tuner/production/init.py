@@ -35,7 +35,7 @@ import yaml
 from arms.errors import ConfigError
 from arms.shape import COMPILE_CACHE_TARGET, Mount, Shape
 
-from .unitsyntax import parse_engine_argv
+from tuner.production.unitsyntax import parse_engine_argv
 
 PODMAN_ENV = {"container": None, "HOSTNAME": None, "TERM": "xterm", "HOME": "/root",
               "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}

@@ -15,7 +15,7 @@ Three forms (the campaign's ``production.promote_as``):
               values go to ``Environment=`` lines of the unit and reach the container as
               ``--env NAME``, so they never appear on a command line.
 ``env-file``  the variables an existing serve script reads, one per mapped lever
-              (``production.mapping``: lever -> VAR); rules in ``tuner.envfile``.
+              (``production.mapping``: lever -> VAR); rules in ``tuner.production.envfile``.
 
 Secrets stay in the files (they are the production files) but ``redact_text`` is what any
 log, diff or journal sees.
@@ -30,8 +30,8 @@ from arms.argv import REDACTED, is_secret, render_argv
 from arms.errors import ConfigError
 from arms.shape import Mount, Shape, format_value
 
-from .envfile import HEADER, check_mapping, parse_env_file, redact_text, render_env_file
-from .unitsyntax import (
+from tuner.production.envfile import HEADER, check_mapping, parse_env_file, redact_text, render_env_file
+from tuner.production.unitsyntax import (
     join_words,
     parse_engine_argv,
     parse_ini,

@@ -21,7 +21,7 @@ from arms.prompts import api_from_profile
 from arms.secrets import Sealer
 from arms.shape import Shape
 
-from .verdict import Constraints, NoiseBand, Objective, Score, judge, objective_sigma
+from tuner.night.verdict import Constraints, NoiseBand, Objective, Score, judge, objective_sigma
 
 log = logging.getLogger("tuner.arm")
 

@@ -11,7 +11,7 @@ HOST = "127.0.0.1"
 
 
 def study_path(folder: str | Path) -> Path:
-    from .export import campaign_folder
+    from tuner.night.readback import campaign_folder
 
     path = campaign_folder(folder) / "optuna.journal"
     if not path.exists():

@@ -1,7 +1,7 @@
 """`tuner export`: one flat row per arm of a campaign, as CSV, JSON lines or Parquet.
 
 The rows are built here from the journal alone (``arm_start`` + ``arm_end`` records, one pass)
-and are also the table the morning report (``tuner.report``) is made from, so the two never
+and are also the table the morning report (``tuner.morning.report``) is made from, so the two never
 disagree about an arm.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from arms.errors import ConfigError
-from tuner import values
-from tuner.journal import read_journal
+from arms import values
+from tuner.night.readback import campaign_folder, load_records
 
 FORMATS = ("csv", "jsonl", "parquet")
 # (column prefix, key of a depth's measurement)
@@ -25,38 +25,6 @@ COLUMNS = ("arm", "kind", "change_lever", "change_value", "verdict", "delta", "t
            "arm_s", "t_start", "t_end", "incumbent", "reason", "evidence")
 INT_COLUMNS = ("slots", "kv_pool_tokens", "max_concurrency_len", "graphs_count")
 BOOL_COLUMNS = ("feasible", "compile_cache_hit")
-
-
-def read_records(path: Path) -> list[dict]:
-    """The journal's records without touching the file (``tuner.journal.read_journal``): a torn
-    last line is skipped, a damaged line is skipped with one warning; a journal with no readable
-    record at all is bad input."""
-    got = read_journal(Path(path), warn=False)
-    bad = got.unreadable()
-    if bad:
-        raise bad
-    got.warn()
-    return got.records
-
-
-def campaign_folder(arg: str | Path) -> Path:
-    """A campaign folder, or the folder a campaign YAML file writes to (as `tuner status`)."""
-    from tuner.journal import folder_of
-
-    folder = folder_of(arg)
-    if not (folder / "journal.jsonl").exists():
-        raise ConfigError(f"{folder} holds no journal.jsonl: give a campaign folder such as journal/<name> "
-                          "(the campaign has not run yet?)")
-    return folder
-
-
-def load_records(folder: Path) -> list[dict]:
-    records = read_records(Path(folder) / "journal.jsonl")
-    if not any(r.get("op") == "campaign_start" for r in records):
-        raise ConfigError(f"{Path(folder) / 'journal.jsonl'} has no campaign_start record: not a campaign journal")
-    return records
-
-
 
 
 def _precision(tel: dict | None):

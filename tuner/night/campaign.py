@@ -17,7 +17,7 @@ from typing import Any
 from arms.boot import BootLimits
 from arms.errors import ConfigError
 from arms.shape import COMPILE_CACHE_TARGET, Lever, Mount, Shape
-from tuner.schema import CampaignInvalid, lines_of, validate
+from tuner.night.schema import CampaignInvalid, lines_of, validate
 
 log = logging.getLogger("tuner.campaign")
 
@@ -79,8 +79,8 @@ def _zone(name: str | None):
 
 @dataclass(frozen=True)
 class SearchPlan:
-    objective: Any = None          # tuner.verdict.Objective
-    constraints: Any = None        # tuner.verdict.Constraints
+    objective: Any = None          # tuner.night.verdict.Objective
+    constraints: Any = None        # tuner.night.verdict.Constraints
     recheck_every: int = 6         # re-measure the incumbent every K arms (noise band)
     min_effect: float = 0.02       # an arm must beat the incumbent by more than this (and the band)
     confirm: bool = True           # a better arm is booted and measured again before it is promoted
@@ -103,7 +103,7 @@ class Campaign:
     profile_overrides: dict = field(default_factory=dict, repr=False)
     measure: Any = None            # arms.measure.MeasurePlan
     search: SearchPlan = SearchPlan()
-    production: Any = None         # tuner.guard.Production
+    production: Any = None         # tuner.night.guard.Production
 
     @property
     def sweep_plan(self):
@@ -165,7 +165,7 @@ def _baseline(path: Path, raw: Any) -> Shape:
 
 def load_campaign(path: str | os.PathLike) -> Campaign:
     """The campaign in ``path``: every error of the file at once (CampaignInvalid), each with
-    its line and key; nothing is contacted (tuner/schema.py)."""
+    its line and key; nothing is contacted (tuner/night/schema.py)."""
     p = Path(path)
     raw, warnings = validate(p)
     for w in warnings:
@@ -265,7 +265,7 @@ def parse_change(camp: Campaign, text: str):
 
 
 def _production(path: Path, raw: dict):
-    from tuner.guard import Production
+    from tuner.night.guard import Production
 
     return Production.from_mapping(raw.get("production"), str(path))
 
@@ -276,7 +276,7 @@ BUDGET_KEYS = {"until", "hours", "max_arms", "timezone"}
 
 
 def _search(path: Path, raw: dict) -> SearchPlan:
-    from tuner.verdict import Constraints, Objective
+    from tuner.night.verdict import Constraints, Objective
 
     try:
         objective = Objective.parse(str(raw.get("objective", "decode_geomean")))

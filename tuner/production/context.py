@@ -1,4 +1,4 @@
-"""What a promotion reads and checks, apart from the writing (tuner/promote.py): the campaign
+"""What a promotion reads and checks, apart from the writing (tuner/production/promote.py): the campaign
 folder's production section and journal, the arm to promote and why, the production file and
 its rendering, and the health and smoke checks against the running service."""
 from __future__ import annotations
@@ -23,10 +23,11 @@ from arms.prompts import api_from_profile
 from arms.readiness import ReadinessProbe, probe_once
 from arms.shape import Shape
 
-from . import envfile, units, values
-from .guard import Production
-from .journal import Journal
-from .state import State, replay
+from arms import values
+from tuner.production import envfile, units
+from tuner.night.guard import Production
+from tuner.night.journal import Journal
+from tuner.night.state import State, replay
 
 DEFAULT_QUADLET_DIR = "/etc/containers/systemd"
 DEFAULT_UNIT_DIR = "/etc/systemd/system"
@@ -69,7 +70,7 @@ def campaign_file(folder: Path, start: dict) -> Path:
     """The campaign file a night was run from, never relative to the current directory: the
     journaled path when absolute; a relative one (an older tuner journaled it as given) from
     the directory whose ``journal:`` key leads to ``folder``."""
-    from .campaign import _resolve_path
+    from tuner.night.campaign import _resolve_path
 
     here = Path(folder).resolve()
     if not start.get("file"):
@@ -88,9 +89,9 @@ def campaign_file(folder: Path, start: dict) -> Path:
 
 def load_context(folder: str | os.PathLike, writer: bool = True) -> Context:
     """The campaign folder read for a promotion; ``writer=False`` (a dry run) only reads, the
-    writer opens the journal to append (under the folder's lock, tuner/promote.py)."""
-    from .campaign import _measure
-    from .journal import read_journal
+    writer opens the journal to append (under the folder's lock, tuner/production/promote.py)."""
+    from tuner.night.campaign import _measure
+    from tuner.night.readback import read_journal
 
     folder = Path(folder)
     jpath = folder / "journal.jsonl"

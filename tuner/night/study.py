@@ -18,10 +18,10 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from . import values
-from .journal import repair_tail
-from .sampler import told_as
-from .state import State
+from arms import values
+from tuner.night.journal import repair_tail
+from tuner.night.sampler import told_as
+from tuner.night.state import State
 
 log = logging.getLogger("tuner.study")
 

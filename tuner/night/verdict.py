@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from arms.errors import ConfigError
 
-from .compare import runs_by_depth
+from tuner.night.compare import runs_by_depth
 
 OBJECTIVES = ("decode_geomean", "decode@DEPTH", "goodput_at_slo")
 

@@ -12,9 +12,9 @@ from arms.errors import ConfigError
 from arms.secrets import REDACTED
 from arms.shape import Shape
 
-from . import values
-from .records import ArmEnd, ArmStart, CampaignEnd, CampaignStart, Compare, Guard, IncumbentMove, Record, Told, decode
-from .verdict import NoiseBand, Score
+from arms import values
+from tuner.night.records import ArmEnd, ArmStart, CampaignEnd, CampaignStart, Compare, Guard, IncumbentMove, Record, Told, decode
+from tuner.night.verdict import NoiseBand, Score
 
 log = logging.getLogger("tuner.state")
 
@@ -296,7 +296,7 @@ def _resolve(sealed: Shape, key: str | None, base: Shape | None, change, levers)
 
 
 def _joint(baseline: Shape, params: dict, levers: dict, key: str) -> Shape | None:
-    """A joint arm's real shape from its study params (sealed choices, ``tuner.values``)."""
+    """A joint arm's real shape from its study params (sealed choices, ``arms.values``)."""
     shape = baseline
     try:
         for name, lever in levers.items():
@@ -316,7 +316,7 @@ def replay(records: list[dict], baseline: Shape, levers: dict | None = None) -> 
 class Replay:
     """Incremental replay: one ``State`` that folds in only the records appended since the last
     ``update`` (the loop's per-arm cost no longer grows with the night; bench/replay_scale.py).
-    ``follow(journal)`` reads a ``tuner.journal.Journal``'s new records without copying the rest."""
+    ``follow(journal)`` reads a ``tuner.night.journal.Journal``'s new records without copying the rest."""
 
     def __init__(self, baseline: Shape, levers: dict | None = None):
         self.levers = levers
@@ -366,7 +366,7 @@ def _real_change(st: State, raw: dict) -> dict:
 
 
 def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None = None) -> None:
-    """Fold one journal record (typed, ``tuner.records``, or its JSON object) into ``st``:
+    """Fold one journal record (typed, ``tuner.night.records``, or its JSON object) into ``st``:
     replay is this, record after record."""
     rec = r if isinstance(r, Record) else decode(r)
     if isinstance(rec, CampaignStart):

@@ -1,0 +1,139 @@
+"""Reading a campaign folder back, never writing it: the one way to name a folder (``folder_of``,
+``campaign_folder``), the journal as read (good records, damaged lines, a torn tail) and its
+records for the readers (status, report, export, dashboard, production).
+
+A reader never locks, never cuts a torn tail (the writer may be finishing that line) and never
+quarantines: the writer (``tuner.night.journal.Journal``) does both under the campaign lock.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from arms.errors import ConfigError
+from tuner.night.records import RecordError, decode
+
+log = logging.getLogger("tuner.journal")
+
+QUARANTINE_SUFFIX = ".quarantine.jsonl"
+
+def quarantine_path(path: Path) -> Path:
+    path = Path(path)
+    return path.with_name(path.stem + QUARANTINE_SUFFIX)
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One line that cannot be replayed: its 1-based number, why, and its text (as read)."""
+    line: int
+    why: str
+    text: str
+
+    def to_dict(self) -> dict:
+        return {"line": self.line, "why": self.why, "text": self.text}
+
+
+@dataclass
+class JournalRead:
+    """A journal as read: the good records in order, the damaged lines, and a torn tail (the
+    bytes after the last newline — a writer died mid-line, or is writing it right now)."""
+    path: Path
+    records: list[dict]
+    damaged: list[Damage] = field(default_factory=list)
+    torn: bytes = b""
+    good_bytes: int = 0              # the bytes up to and including the last newline
+
+    def warn(self) -> None:
+        if self.damaged:
+            d = self.damaged[0]
+            log.warning("[journal] %s: %d damaged line(s) skipped, first line %d (%s); quarantine %s",
+                        self.path, len(self.damaged), d.line, d.why, quarantine_path(self.path))
+
+    def unreadable(self) -> ConfigError | None:
+        """The error for a journal with lines but not one record that can be replayed."""
+        if self.records or not self.damaged:
+            return None
+        d = self.damaged[0]
+        return ConfigError(f"{self.path}: no readable record (first bad line {d.line}: {d.why}); the damaged lines "
+                           f"are copied to {quarantine_path(self.path)} and nothing was deleted — move the journal "
+                           "aside to start this campaign afresh")
+
+
+def _why_damaged(line: bytes) -> tuple[str, dict | None]:
+    if b"\0" in line:
+        return "NUL bytes (a power loss mid-write?)", None
+    try:
+        rec = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return f"not JSON ({getattr(e, 'msg', e)})", None
+    try:
+        decode(rec)                                # the record types' one codec (tuner.night.records)
+    except RecordError as e:
+        return str(e), None
+    return "", rec
+
+
+def parse(data: bytes, path: Path) -> JournalRead:
+    """Split journal bytes into good records, damaged lines and a torn tail. Pure."""
+    cut = data.rfind(b"\n") + 1
+    out = JournalRead(Path(path), [], torn=data[cut:], good_bytes=cut)
+    for n, line in enumerate(data[:cut].split(b"\n")[:-1], 1):
+        if not line.strip():
+            continue
+        why, rec = _why_damaged(line)
+        if rec is None:
+            out.damaged.append(Damage(n, why, line.decode("utf-8", "backslashreplace")))
+        else:
+            out.records.append(rec)
+    return out
+
+
+def read_journal(path: Path, *, warn: bool = True) -> JournalRead:
+    """The reader's view: never writes, never locks. A torn tail is left alone (the writer may be
+    finishing it); damaged lines are skipped with one warning."""
+    path = Path(path)
+    data = path.read_bytes() if path.exists() else b""
+    got = parse(data, path)
+    if warn:
+        got.warn()
+    return got
+
+
+def folder_of(arg: str | Path) -> Path:
+    """A campaign folder given as itself, or as the campaign YAML file that writes to it."""
+    p = Path(arg)
+    if p.is_dir():
+        return p
+    from tuner.night.campaign import load_campaign
+
+    return load_campaign(str(arg)).folder
+
+
+def read_records(path: Path) -> list[dict]:
+    """The journal's records without touching the file (``tuner.night.journal.read_journal``): a torn
+    last line is skipped, a damaged line is skipped with one warning; a journal with no readable
+    record at all is bad input."""
+    got = read_journal(Path(path), warn=False)
+    bad = got.unreadable()
+    if bad:
+        raise bad
+    got.warn()
+    return got.records
+
+
+def campaign_folder(arg: str | Path) -> Path:
+    """A campaign folder, or the folder a campaign YAML file writes to (as `tuner status`)."""
+    folder = folder_of(arg)
+    if not (folder / "journal.jsonl").exists():
+        raise ConfigError(f"{folder} holds no journal.jsonl: give a campaign folder such as journal/<name> "
+                          "(the campaign has not run yet?)")
+    return folder
+
+
+def load_records(folder: Path) -> list[dict]:
+    records = read_records(Path(folder) / "journal.jsonl")
+    if not any(r.get("op") == "campaign_start" for r in records):
+        raise ConfigError(f"{Path(folder) / 'journal.jsonl'} has no campaign_start record: not a campaign journal")
+    return records
