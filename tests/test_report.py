@@ -7,6 +7,7 @@ from the records themselves.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 
@@ -310,3 +311,184 @@ def test_a_lever_value_reads_the_same_in_the_report_status_and_export(night):
         assert status[r["arm"]]["change"] == f"{lever} → {text}"
         if r["arm"] in finished(recs):
             assert text in row_of(arms, r["arm"])
+
+
+# -- the answer at the top (issue 20, item 7) ---------------------------------------------------------
+def test_the_answer_comes_first_with_its_interval_error_rate_and_what_is_undecided(night, report_md):
+    recs = records(night)
+    assert report_md.index("## Headline") < report_md.index("## How sure") < report_md.index("## Arms")
+    head = section(report_md, "Headline")
+    paras = [p.strip() for p in head.split("\n\n") if p.strip()]
+    assert paras[0].startswith("**Recommendation: the production shape with the change(s) below** — decode_geomean **+")
+    final = Shape.from_dict([r for r in recs if r["op"] == "incumbent"][-1]["shape"])
+    for change in Shape.from_dict(recs[0]["baseline"]).diff(final):          # the change list right under it
+        assert f"- {_words(change)}" in paras[1]
+    moves = [r for r in recs if r["op"] == "incumbent" and r.get("comparison")]
+    c = moves[-1]["comparison"]
+    for m in moves[-3:]:
+        c = m["comparison"]
+        assert f"arm #{m['arm']} {c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}] at error rate {c['alpha']:.2g}" in paras[0]
+    assert paras[0].endswith(f"; promotions at a family error rate of {records(night)[-1]['error_rate']:g}.")
+    inc = final.key()
+    last = {}
+    for r in recs:
+        if r["op"] == "compare" and r.get("change") and r["incumbent"] == inc:
+            last[(r["change"][0], json.dumps(r["change"][1]))] = r["comparison"]
+    und = [c for c in last.values() if c["verdict"] == "undecided"]
+    assert und, "the simulated night leaves a change undecided"
+    still = next(p for p in paras if p.startswith("**Still undecided**"))
+    assert paras.index(still) == 2 and f"({len(und)}, never promoted" in still
+    for c in und[:4]:
+        assert f"[{c['lo']:+.1%}, {c['hi']:+.1%}]" in still
+    assert head.index("**Still undecided**") < head.index("Campaign **report-night**")
+
+
+def test_undecided_arms_are_their_own_group_not_parity(night, report_md):
+    arms = section(report_md, "Arms")
+    moved = arms.split("### Incumbent moves (", 1)[1].split("\n### ", 1)[0]
+    undecided = [n for n, e in finished(records(night)).items() if e["verdict"] == "undecided" and f"| #{n} " not in moved]
+    assert undecided
+    group = arms.split("### Undecided — not settled (", 1)[1].split("\n### ", 1)[0]
+    parity = arms.split("### Parity — ruled out (", 1)[1].split("\n### ", 1)[0] if "### Parity" in arms else ""
+    for n in undecided:
+        assert f"| #{n} " in group and f"| #{n} " not in parity
+        assert "undecided " in row_of(group, n) and "straddles 0" in row_of(group, n)
+    assert "undecided" not in parity
+
+
+def test_the_production_shape_is_named_only_when_the_campaign_has_one(night, tmp_path):
+    folder = tmp_path / "night"
+    shutil.copytree(night, folder)
+    recs = records(folder)
+    assert "production" in recs[0]["campaign"]
+    assert "**Incumbent at start:** the production shape" in section(render_markdown(build_report(folder)), "Headline")
+    del recs[0]["campaign"]["production"]
+    write_journal(folder, recs)
+    md = render_markdown(build_report(folder))
+    assert "production shape" not in md
+    head = section(md, "Headline")
+    assert "**Incumbent at start:** the campaign's baseline (`" in head
+    assert "**Recommendation: the campaign's baseline with the change(s) below**" in head
+    assert "| #0 baseline (starting shape) |" in section(md, "Arms")
+
+
+def test_simulated_time_is_said_as_such_and_how_the_report_knows(night, tmp_path):
+    head = section(render_markdown(build_report(night)), "Headline")
+    assert "of simulated time (a simulated night" in head and "of wall time" not in head
+    assert "inferred: arm #0's host probes say “not scanned (simulated host)”" in head
+    folder = tmp_path / "night"
+    shutil.copytree(night, folder)
+    recs = records(folder)
+    for flag, words in ((True, "of simulated time"), (False, "of wall time")):
+        recs[0]["simulated"] = flag                          # the loop journals it (branch `deadline`)
+        write_journal(folder, recs)
+        head = section(render_markdown(build_report(folder)), "Headline")
+        assert words in head and "journaled in campaign_start" in head
+    del recs[0]["simulated"]
+    for r in recs:                                           # no probe evidence, a real engine, a real clock
+        if r["op"] == "arm_end":
+            r.pop("probes", None)
+    recs[0]["campaign"]["engine"] = "vllm"
+    for r in recs:
+        r["t"] = r["t"] + 0.123
+    write_journal(folder, recs)
+    head = section(render_markdown(build_report(folder)), "Headline")
+    assert "of wall time (a real host's clock)" in head and "simulated" not in head
+
+
+def test_a_night_that_learned_nothing_says_so_first(night, tmp_path):
+    folder = tmp_path / "night"
+    shutil.copytree(night, folder)
+    recs = records(folder)
+    end = next(r for r in reversed(recs) if r["op"] == "campaign_end")
+    end["no_result"] = {"cause": "the starting shape did not boot (2 of 2 boots failed: bad-argument)",
+                        "evidence": "error: invalid argument: --mlock"}
+    write_journal(folder, recs)
+    head = section(render_markdown(build_report(folder)), "Headline")
+    assert head.lstrip().startswith("**No result:** the starting shape did not boot (2 of 2 boots failed: "
+                                    "bad-argument) — evidence: `error: invalid argument: --mlock`.")
+
+
+def test_plots_are_wide_with_legible_text_and_legends_that_tell_arms_apart(night):
+    import struct
+
+    from matplotlib.text import Text
+
+    from tuner.morning.report_plots import FIGURES, MIN_TEXT_PX
+
+    rep = build_report(night)
+    for name, png in rep.pngs().items():
+        width, height = struct.unpack(">II", png[16:24])
+        assert width >= 1600, (name, width)
+    for name, draw in FIGURES.items():
+        fig = draw(rep.plots)
+        texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+        assert texts
+        small = [(t.get_text(), t.get_fontsize() * fig.dpi / 72) for t in texts if t.get_fontsize() * fig.dpi / 72 < MIN_TEXT_PX]
+        assert not small, (name, small)
+        if name == "decode_vs_depth":
+            labels = [t.get_text() for t in fig.legends[0].get_texts()]
+            arms = [re.search(r"#(\d+) ", x) for x in labels]
+            assert all(arms), labels                          # each entry names its arm
+            assert len(set(labels)) == len(labels)
+            bare = [re.sub(r"^.*?#\d+ (confirm )?", "", x) for x in labels]
+            changed = [x for x in bare if "→" in x]
+            assert changed and all(len(x) < 60 for x in changed), changed
+    # the night's JSON-valued lever: its values are told apart by the keys in which they differ
+    spec = [x for x in rep.frame["legend"] if "speculative-config → {" in x]
+    assert spec and all("…" not in x or x.count("{…") == 1 for x in spec)
+    by_value = {}
+    for row in rep.frame.itertuples():
+        if row.change_lever == "speculative-config":
+            by_value.setdefault(row.change_value, set()).add(row.legend.split(" ", 1)[1].removeprefix("confirm "))
+    names = [next(iter(v)) for v in by_value.values()]
+    assert all(len(v) == 1 for v in by_value.values()) and len(set(names)) == len(names), by_value
+
+
+# -- the committed example report is current ------------------------------------------------------------
+def _example():
+    import importlib.util
+
+    from report_journals import REPO
+
+    spec = importlib.util.spec_from_file_location("example_report", REPO / "scripts" / "example_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_committed_example_report_is_what_its_journal_renders_today(tmp_path, utc):
+    ex = _example()
+    folder = tmp_path / "sim-demo"
+    folder.mkdir()
+    shutil.copy(ex.OUT / "journal.jsonl", folder / "journal.jsonl")
+    committed = (ex.OUT / "REPORT.md").read_text()
+    for log in ex.linked_logs(committed):
+        (folder / log).parent.mkdir(parents=True)
+        shutil.copy(ex.OUT / log, folder / log)
+    md = render_markdown(build_report(folder))
+    assert ex.body(committed) == md, "docs/example-report/REPORT.md is stale: run `bash scripts/example-report.sh`"
+    assert committed.endswith(ex.trailer())
+    for name in ("decode_vs_depth", "objective", "timeline"):
+        assert f"](report/{name}.png)" in md and (ex.OUT / "report" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    assert (ex.OUT / "first-screen.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_committed_example_journal_is_what_the_night_writes_today(tmp_path, utc):
+    ex = _example()
+    folder = ex.run_night(tmp_path / "example")
+    fresh = ex.normalized(folder / "journal.jsonl", tmp_path / "example")
+    committed = ex.normalized(ex.OUT / "journal.jsonl", ex.ROOT)
+    assert [r["op"] for r in fresh] == [r["op"] for r in committed]
+    assert fresh == committed, "docs/example-report/journal.jsonl is stale: run `bash scripts/example-report.sh`"

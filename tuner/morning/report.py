@@ -21,12 +21,17 @@ from arms.errors import ConfigError
 from arms.shape import ABSENT, Change, Shape
 
 from arms import values
+from tuner.morning.change_names import ValueNames, fit
 from tuner.morning.export import arm_pairs, arms_frame
 from tuner.night.readback import campaign_folder, load_records
 from tuner.night.state import replay
 from tuner.night.verdict import Constraints
 from tuner.morning.report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS,  # noqa: F401
                            Section, _num, _pct, _span, _when, _words, missing)
+
+MOVES, BASE, BETTER, UNDECIDED, PARITY, WORSE, FAILED = GROUPS
+LEGEND_CHARS = 64            # a plot legend's entry: the arm and its value, cut where arms stay apart
+
 
 @dataclass
 class Report:
@@ -79,6 +84,8 @@ class _Builder:
         self.objective = str(camp.get("objective") or "decode_geomean")
         self.constraints = Constraints.from_mapping(camp.get("constraints"), "campaign")
         self.baseline = Shape.from_dict(self.start["baseline"])
+        self.production = bool(camp.get("production"))       # a production section: the baseline is its shape
+        self.start_words = "the production shape" if self.production else "the campaign's baseline"
         pairs = arm_pairs(records)
         self.arms = {s["arm"]: ArmView(s["arm"], s.get("kind"), (s["change"][0], values.decode(s["change"][1])) if s.get("change")
                                        else None, s.get("incumbent"), s, e) for s, e in pairs}
@@ -108,6 +115,9 @@ class _Builder:
             for n in m.get("confirmed_arms") or ():       # the earlier boots of the same change
                 if n != m["arm"]:
                     self.move_of.setdefault(n, (i, "probe"))
+        self.names = ValueNames([a.change for a in self.arms.values() if a.change]
+                                + [(lv, self.baseline.value_of(lv)) for lv in {a.change[0] for a in self.arms.values()
+                                                                             if a.change}])
         self.confirm_of = {}                # probe arm -> its confirm arm
         last_probe = {}
         for a in self.arms.values():
@@ -133,13 +143,39 @@ class _Builder:
     # -- per arm: words, group, order ----------------------------------------------------------
     def arm_words(self, a) -> str:
         if a.kind == "baseline":
-            return f"#{a.n} baseline (production shape)"
+            return f"#{a.n} baseline ({'production shape' if self.production else 'starting shape'})"
         if a.change is None:
             return f"#{a.n} {a.kind} of the incumbent" if a.kind != "recheck" else f"#{a.n} re-check of the incumbent"
         inc = self.inc_shape.get(a.incumbent)
         before = inc.value_of(a.change[0]) if inc is not None else ABSENT
         text = Change(a.change[0], before, a.change[1]).describe()
         return f"#{a.n} {'confirm: ' if a.kind == 'confirm' else ''}{text}"
+
+    def legend(self, a) -> str:
+        """The arm in a plot legend: its number and the value it changed, named apart from the
+        lever's other values (tuner.morning.change_names)."""
+        if a.kind == "baseline":
+            return f"#{a.n} baseline"
+        if a.change is None:
+            return f"#{a.n} {'re-check' if a.kind == 'recheck' else a.kind}"
+        return f"#{a.n} {'confirm ' if a.kind == 'confirm' else ''}{self.names.change(*a.change)}"
+
+    def clock(self) -> tuple[bool, str]:
+        """(whether the journal's times are simulated, how the report knows): ``simulated`` in
+        campaign_start where the loop journaled it; else inferred from what the journal has."""
+        if isinstance(self.start.get("simulated"), bool):
+            return self.start["simulated"], "journaled in campaign_start"
+        for a in self.finished():
+            log = (((a.end or {}).get("probes") or {}).get("summary") or {}).get("kernel_log") or ""
+            if "simulated host" in log:
+                return True, f"inferred: arm #{a.n}'s host probes say “{log}”"
+        engine = str((self.start.get("campaign") or {}).get("engine") or "")
+        t0 = float(self.records[0].get("t") or 0.0)
+        if engine == "simengine" and t0 and t0 % 3600 == 0:
+            return True, "inferred: the simulated engine, and a night that starts on the hour to the millisecond"
+        if engine == "simengine":
+            return False, "the simulated engine on a real host: real time, simulated numbers"
+        return False, "a real host's clock"
 
     def verdict_words(self, a, row) -> tuple[str, str]:
         v = a.verdict or "running"
@@ -152,47 +188,52 @@ class _Builder:
             i, role = self.move_of[a.n]
             last = i == len(self.moves) - 1
             if role == "confirm":
-                return GROUPS[0], (f"**NEW INCUMBENT** — {d} vs the one it replaced" if last
+                return MOVES, (f"**NEW INCUMBENT** — {d} vs the one it replaced" if last
                                    else f"incumbent move {i + 1} ({d}), superseded later")
-            return GROUPS[0], f"better {d} ({band}) — confirmed by #{self.moves[i]['arm']}"
+            return MOVES, f"better {d} ({band}) — confirmed by #{self.moves[i]['arm']}"
         if v == "baseline":
             moved = bool(self.moves)
-            return GROUPS[1], "old incumbent (start)" if moved else "incumbent (start) — held all night"
+            return BASE, "old incumbent (start)" if moved else "incumbent (start) — held all night"
         if v == "recheck":
-            return GROUPS[1], "re-check of the incumbent (feeds the noise band)"
+            return BASE, "re-check of the incumbent (feeds the noise band)"
         if v.startswith("boot-failed:"):
-            return GROUPS[5], f"boot failed: {v.split(':', 1)[1]}"
+            return FAILED, f"boot failed: {v.split(':', 1)[1]}"
         if v == "corrupt":
             ev = (a.end.get("quality") or {}).get("evidence") or []
-            return GROUPS[5], "rejected — corrupts output" + (f" ({ev[0]})" if ev else "")
+            return FAILED, "rejected — corrupts output" + (f" ({ev[0]})" if ev else "")
         if v in ("invalid", "interrupted"):
-            return GROUPS[5], f"{v} — {a.end.get('reason') or 'no reason recorded'}"
+            return FAILED, f"{v} — {a.end.get('reason') or 'no reason recorded'}"
         if v == "better":
             c = self.confirm_of.get(a.n)
             cv = self.arms[c].verdict if c is not None else None
             tail = f"not confirmed by #{c} ({cv})" if cv else "confirmation pending"
-            return GROUPS[2], f"better {d} ({band}) — {tail}"
+            return BETTER, f"better {d} ({band}) — {tail}"
         if v == "parity":
-            return GROUPS[3], f"parity {d} ({band})" + (" — did not confirm" if a.kind == "confirm" else "")
+            return PARITY, f"parity {d} ({band})" + (" — did not confirm" if a.kind == "confirm" else "")
         if v == "worse":
-            return GROUPS[4], (why or (f"{d} ({band}) — ruled out" if not missing(row.delta) else "worse — ruled out"))
-        return GROUPS[3], v
+            return WORSE, (why or (f"{d} ({band}) — ruled out" if not missing(row.delta) else "worse — ruled out"))
+        if v == "undecided":
+            c = (a.end or {}).get("compare") or {}
+            interval = f" [{c['lo']:+.1%}, {c['hi']:+.1%}]" if c.get("lo") is not None else ""
+            return UNDECIDED, f"undecided {d}{interval} — the interval straddles 0; more runs would settle it"
+        return PARITY, v
 
     def annotate(self) -> pd.DataFrame:
         df = self.df
-        words, verdicts, groups = [], [], []
+        words, verdicts, groups, legends = [], [], [], []
         for row in df.itertuples(index=False):
             a = self.arms[row.arm]
             words.append(self.arm_words(a))
+            legends.append(self.legend(a))
             g, w = self.verdict_words(a, row) if a.end is not None else (None, "running")
             groups.append(g)
             verdicts.append(w)
-        df = df.assign(words=words, verdict_words=verdicts, group=groups)
+        df = df.assign(words=words, verdict_words=verdicts, group=groups, legend=fit(legends, LEGEND_CHARS))
         gi = df["group"].map({g: i for i, g in enumerate(GROUPS)}).fillna(len(GROUPS))
         move_rank = pd.Series([-self.move_of[n][0] * 2 - (self.move_of[n][1] == "confirm") if n in self.move_of else 0
                                for n in df.index], index=df.index)
         obj = df["objective"].astype(float).fillna(float("-inf"))
-        failed = gi == GROUPS.index("Failed")
+        failed = gi == GROUPS.index(FAILED)
         key_obj = (-obj).where(~failed, df["arm"].astype(float))
         df = df.assign(_g=gi, _m=move_rank, _o=key_obj).sort_values(["_g", "_m", "_o", "arm"])
         return df.drop(columns=["_g", "_m", "_o"])
@@ -226,7 +267,7 @@ def build_report(folder: str | Path) -> Report:
 
     secs = sections(b, df, series)
     t0 = b.records[0].get("t") or 0.0
-    plots = {"depths": b.depths, "frame": df, "series": series, "t0": t0,
+    plots = {"depths": b.depths, "frame": df, "series": series, "t0": t0, "simulated": b.clock()[0],
              "incumbents": [b.inc_arm.get(b.baseline.key())] + [m["arm"] for m in b.moves],
              "objective": b.objective, "moves": [(m["t"], m["arm"]) for m in b.moves]}
     return Report(folder=folder, name=b.name, objective=b.objective, frame=df, sections=secs, plots=plots)

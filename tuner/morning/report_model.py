@@ -15,8 +15,8 @@ ROWS_PER_GROUP = 25          # arm-table rows per group before the rest is summa
 MEMORY_ROWS = 40
 FAILURE_EXAMPLES = 5         # arms shown per failure class
 TELEMETRY_ARMS = 8
-GROUPS = ("Incumbent moves", "Baseline and re-checks", "Better, not confirmed", "Parity — ruled out",
-          "Worse — ruled out", "Failed")
+GROUPS = ("Incumbent moves", "Baseline and re-checks", "Better, not confirmed", "Undecided — not settled",
+          "Parity — ruled out", "Worse — ruled out", "Failed")
 
 
 @dataclass
@@ -41,10 +41,11 @@ def _pct(v, signed=True) -> str:
     return "—" if missing(v) else (f"{v:+.1%}" if signed else f"{v:.1%}")
 
 
-def _when(t: float) -> str:
+def _when(t: float, day: bool = True) -> str:
+    """A journal time in this host's zone, named (``TZ`` sets it: the example report uses UTC)."""
     import time
 
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+    return time.strftime("%Y-%m-%d %H:%M %Z" if day else "%H:%M %Z", time.localtime(t))
 
 
 def _span(s: float) -> str:

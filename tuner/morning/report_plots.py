@@ -1,46 +1,77 @@
 """The report's three plots, drawn with matplotlib's Agg canvas (no pyplot, no display).
 
-Each returns PNG bytes. They cap what they draw so a 10,000-arm night stays fast: decode
+Each is a Figure ``WIDTH_IN`` x ``DPI`` = 1,650 px wide with no text under ``MIN_TEXT_PX`` (13 pt
+labels, 12 pt ticks and legends at 100 dpi: 17-18 px), its legend outside the axes, each arm
+named by its number and the value it changed, told apart from the lever's other values
+(``legend`` of tuner.morning.report's frame). ``draw_all`` gives PNG bytes. They cap what they draw so a 10,000-arm night stays fast: decode
 against depth draws the incumbents and the best ``TOP`` arms; the objective plot draws at most
 ``MAX_POINTS`` arms (evenly thinned beyond that); past ``MAX_TIMELINE`` arms the timeline
 becomes the share of wall time per phase in time bins.
 """
 from __future__ import annotations
 
+import functools
 import io
 
 import numpy as np
 import pandas as pd
+from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+DPI = 100
+WIDTH_IN = 16.5                   # 1,650 px
+MIN_TEXT_PX = 12
+FONTS = {"font.size": 13, "axes.titlesize": 15, "axes.labelsize": 13, "xtick.labelsize": 12,
+         "ytick.labelsize": 12, "legend.fontsize": 12, "legend.title_fontsize": 12}
 TOP = 8
 MAX_POINTS = 20000
 MAX_TIMELINE = 300
 COLORS = {"Incumbent moves": "#1b7837", "Baseline and re-checks": "#444444", "Better, not confirmed": "#5aae61",
+          "Undecided — not settled": "#984ea3",
           "Parity — ruled out": "#4393c3", "Worse — ruled out": "#f4a582", "Failed": "#d6604d"}
 
 
 def _png(fig: Figure) -> bytes:
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI)          # no tight bbox: the width stays WIDTH_IN x DPI
     return buf.getvalue()
 
 
-def _label(words: str, n: int = 46) -> str:
-    return words if len(words) <= n else words[: n - 1] + "…"
+def _figure(height_in: float) -> Figure:
+    return Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, layout="constrained")
 
 
-def decode_vs_depth(p: dict) -> bytes:
+def _legend(fig: Figure, ax) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", frameon=False)
+
+
+def _fonts(draw):
+    """Draw under ``FONTS`` (rcParams are read when an artist is made)."""
+    @functools.wraps(draw)
+    def inner(p: dict) -> Figure:
+        with rc_context(FONTS):
+            return draw(p)
+    return inner
+
+
+def _time_unit(p: dict, span: float) -> tuple[float, str]:
+    scale, unit = (3600.0, "hours") if span > 3 * 3600 else (60.0, "minutes")
+    return scale, f"{unit} since the campaign started" + (" (simulated time)" if p.get("simulated") else "")
+
+
+@_fonts
+def decode_vs_depth_figure(p: dict) -> Figure:
     df: pd.DataFrame = p["frame"]
     depths = p["depths"]
-    fig = Figure(figsize=(8.5, 4.6))
+    fig = _figure(6.4)
     ax = fig.add_subplot()
     cols = [f"decode_{d}" for d in depths]
     if not depths:
         ax.text(0.5, 0.5, "no arm was measured", ha="center", va="center", transform=ax.transAxes)
-        return _png(fig)
+        return fig
     x = np.array([int(d) for d in depths], dtype=float)
     measured = df[df[cols].notna().any(axis=1) & (df["group"] != "Failed")]
     inc = [n for n in p["incumbents"] if n is not None and n in measured.index]
@@ -48,12 +79,12 @@ def decode_vs_depth(p: dict) -> bytes:
     others = measured[~measured["arm"].isin(inc)].sort_values("objective", ascending=False).head(TOP)
     for n in others["arm"]:
         r = measured.loc[n]
-        ax.plot(x, r[cols].astype(float).to_numpy(), marker="o", lw=1.2, alpha=0.8, label=_label(r["words"]))
+        ax.plot(x, r[cols].astype(float).to_numpy(), marker="o", lw=1.6, alpha=0.85, label=r["legend"])
     for i, n in enumerate(inc):
         r = measured.loc[n]
         final = i == len(inc) - 1
         ax.plot(x, r[cols].astype(float).to_numpy(), marker="s", lw=2.6 if final else 1.8, color="black" if final else "0.55",
-                ls="-" if final else "--", label=("end incumbent: " if final else "incumbent: ") + _label(r["words"], 38))
+                ls="-" if final else "--", label=("end incumbent: " if final else "incumbent: ") + r["legend"])
     if x.max() / max(x.min(), 1) > 4:
         ax.set_xscale("log")
     ax.set_xticks(x, [f"{int(v):,}" for v in x])
@@ -62,23 +93,24 @@ def decode_vs_depth(p: dict) -> bytes:
     ax.set_ylabel("decode tok/s (median)")
     ax.set_title(f"Decode against depth: incumbents and the best {len(others)} arms")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    return _png(fig)
+    _legend(fig, ax)
+    return fig
 
 
-def objective(p: dict) -> bytes:
+@_fonts
+def objective_figure(p: dict) -> Figure:
     df: pd.DataFrame = p["frame"]
     t0 = p["t0"]
-    fig = Figure(figsize=(8.5, 4.2))
+    fig = _figure(6.0)
     ax = fig.add_subplot()
     span = max((df["t_end"].max() or t0) - t0, 1.0)
-    scale, unit = (3600.0, "hours") if span > 3 * 3600 else (60.0, "minutes")
+    scale, xlabel = _time_unit(p, span)
     fin = df[df["t_end"].notna()]
     if len(fin) > MAX_POINTS:
         fin = fin.iloc[np.linspace(0, len(fin) - 1, MAX_POINTS).astype(int)]
     ok = fin[fin["objective"].notna()]
     for g, part in ok.groupby("group", sort=False):
-        ax.scatter((part["t_end"] - t0) / scale, part["objective"], s=14 if len(ok) < 2000 else 3,
+        ax.scatter((part["t_end"] - t0) / scale, part["objective"], s=30 if len(ok) < 2000 else 4,
                    color=COLORS.get(g, "0.5"), label=g, zorder=3)
     ser = pd.DataFrame(p["series"])
     if not ser.empty:
@@ -91,15 +123,15 @@ def objective(p: dict) -> bytes:
     if len(bad):
         y0 = ok["objective"].min() if len(ok) else 0.0
         ax.scatter((bad["t_end"] - t0) / scale, np.full(len(bad), y0 * 0.95 if y0 else 0.0), marker="x",
-                   s=18 if len(bad) < 2000 else 4, color=COLORS["Failed"], label="no objective (failed, pruned)", zorder=3)
+                   s=36 if len(bad) < 2000 else 5, color=COLORS["Failed"], label="no objective (failed, pruned)", zorder=3)
     for t, n in p["moves"]:
         ax.axvline((t - t0) / scale, color="#1b7837", lw=0.8, ls=":")
-    ax.set_xlabel(f"{unit} since the campaign started")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(p["objective"])
     ax.set_title("Objective over the night")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    return _png(fig)
+    _legend(fig, ax)
+    return fig
 
 
 PHASES = (("boot", "#4393c3"), ("measure", "#1b7837"), ("failed boot", "#d6604d"), ("teardown, telemetry, other", "0.8"))
@@ -117,17 +149,19 @@ def _phases(df: pd.DataFrame, t0: float, scale: float):
     return start, boot, meas, end, failed
 
 
-def timeline(p: dict) -> bytes:
+@_fonts
+def timeline_figure(p: dict) -> Figure:
     """One bar per arm (boot, measure, failure); past ``MAX_TIMELINE`` arms, where the night's
     time went per time bin, stacked by phase."""
     df = p["frame"].sort_values("arm")
     df = df[df["t_start"].notna()]
     t0, n = p["t0"], len(df)
     span = max(float(df["t_end"].max()) - t0, 1.0) if n and df["t_end"].notna().any() else 1.0
-    scale, unit = (3600.0, "hours") if span > 3 * 3600 else (60.0, "minutes")
+    scale, xlabel = _time_unit(p, span)
+    unit = xlabel.split()[0]
     s, boot, meas, e, failed = _phases(df, t0, scale)
     if n > MAX_TIMELINE:
-        fig = Figure(figsize=(8.5, 4.2))
+        fig = _figure(6.0)
         ax = fig.add_subplot()
         bins = 80
         width = span / scale / bins
@@ -143,7 +177,7 @@ def timeline(p: dict) -> bytes:
         ax.set_ylabel("share of wall time (%)")
         ax.set_title(f"Where the time of {n:,} arms went ({bins} bins of {width:.1f} {unit})")
     else:
-        fig = Figure(figsize=(8.5, min(6.0, 2.0 + 0.18 * n)))
+        fig = _figure(min(9.0, 3.0 + 0.22 * n))
         ax = fig.add_subplot()
         y = df["arm"].to_numpy(float)
         lw = max(0.8, min(8.0, 300.0 / max(n, 1)))
@@ -155,11 +189,14 @@ def timeline(p: dict) -> bytes:
         ax.invert_yaxis()
         ax.set_ylabel("arm")
         ax.set_title(f"Timeline of {n:,} arms")
-    ax.set_xlabel(f"{unit} since the campaign started")
+    ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3, axis="x")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    return _png(fig)
+    _legend(fig, ax)
+    return fig
+
+
+FIGURES = {"decode_vs_depth": decode_vs_depth_figure, "objective": objective_figure, "timeline": timeline_figure}
 
 
 def draw_all(p: dict) -> dict[str, bytes]:
-    return {"decode_vs_depth": decode_vs_depth(p), "objective": objective(p), "timeline": timeline(p)}
+    return {name: _png(draw(p)) for name, draw in FIGURES.items()}

@@ -105,9 +105,11 @@ def status_data(folder: Path) -> dict:
         except (OSError, ValueError):
             phase = None
     arms = []
+    names = _names(st)
     for a in sorted(st.arms.values(), key=lambda a: a.n):
         e = a.end or {}
         arms.append({"arm": a.n, "kind": a.kind, "change": None if not a.change else values.change_text(a.change),
+                     "change_short": None if not a.change else names.change(*a.change),
                      "verdict": e.get("verdict"), "label": label(a, st.arms.values()),
                      "objective": (e.get("score") or {}).get("objective"), "delta": e.get("delta"),
                      "boot_s": (e.get("boot") or {}).get("boot_s"), "reason": e.get("reason")})
@@ -143,6 +145,15 @@ def status_data(folder: Path) -> dict:
         "ended": ended.get("reason"), "verdict": ended.get("verdict"),
         "counts": _counts(arms),
     }
+
+
+def _names(st):
+    """The night's lever values, named apart (tuner.morning.change_names)."""
+    from tuner.morning.change_names import ValueNames
+
+    pairs = [a.change for a in st.arms.values() if a.change]
+    pairs += [(lever, st.baseline.value_of(lever)) for lever in {c[0] for c in pairs}]
+    return ValueNames(pairs)
 
 
 def baseline_objective(arms: list[dict]) -> float | None:
@@ -218,8 +229,11 @@ def _table(arms: list[dict], width: int, wide: bool) -> list[str]:
     def boot(a):
         return "" if a["boot_s"] is None else f"{a['boot_s']:.0f}"
 
+    def change(a):
+        return (a["change"] if wide else a.get("change_short") or a["change"]) or "—"
+
     cols = [("arm", lambda a: str(a["arm"]), ">"), ("kind", lambda a: a["kind"], "<"),
-            ("change", lambda a: a["change"] or "—", "<"), ("verdict", lambda a: a["label"], "<"),
+            ("change", change, "<"), ("verdict", lambda a: a["label"], "<"),
             ("obj", obj, ">"), ("Δ", delta, ">")]
     if wide:
         cols += [("boot s", boot, ">"), ("reason", lambda a: a["reason"] or "", "<")]
@@ -232,10 +246,15 @@ def _table(arms: list[dict], width: int, wide: bool) -> list[str]:
         ci = names.index("change")
         widths[ci] = max(8, min(widths[ci], width - fixed))
 
+    from tuner.morning.change_names import fit
+
+    for i, _ in enumerate(cols):          # cut each column so that different cells stay different
+        for r, c in zip(rows, fit([r[i] for r in rows], widths[i])):
+            r[i] = c
+
     def fmt(cells):
         parts = []
         for (h, _, align), w, c in zip(cols, widths, cells):
-            c = c if len(c) <= w else c[: w - 1] + "…"
             parts.append(c.rjust(w) if align == ">" else c.ljust(w))
         return "  ".join(parts).rstrip()
 

@@ -41,6 +41,38 @@ def _merge(first: Measurement, rest: Measurement) -> Measurement:
                    reason=first.reason or rest.reason, wall_s=(first.wall_s or 0) + (rest.wall_s or 0))
 
 
+def verdict_text(rec: dict, change: tuple | None = None) -> str:
+    """What an arm came to, for its one ``[arm N VERDICT v]`` log line (``log_verdict``): the
+    change, then the engine's line for a failed boot, the reason for a pruned or invalid arm,
+    the comparison's interval and error rate where there was one, else the objective against
+    the incumbent and its band."""
+    from arms import values
+
+    head = f"{change[0]} -> {values.text(change[1])}: " if change else ""
+    v = str(rec.get("verdict"))
+    if v.startswith("boot-failed:"):
+        return head + ((rec.get("boot") or {}).get("evidence") or ["no evidence line"])[0][:160]
+    if v == "corrupt":
+        return head + "; ".join(((rec.get("quality") or {}).get("evidence") or ["the quality guard rejected its text"])[:2])
+    reason = str(rec.get("reason") or "")
+    if v == "invalid" or reason.startswith("pruned"):
+        return head + (reason or "no reason recorded")
+    obj = (rec.get("score") or {}).get("objective")
+    out = head + f"objective {'n/a' if obj is None else f'{obj:.2f}'}"
+    c = rec.get("compare")
+    if c:
+        return (out + f", {c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}] vs the incumbent, runs {c['runs'][0]} vs "
+                      f"{c['runs'][1]}, boots {c['boots'][0]} vs {c['boots'][1]}, error rate {c['alpha']:.2g}")
+    if rec.get("delta") is not None:
+        out += f" ({rec['delta']:+.1%} vs incumbent, band ±{rec['threshold']:.1%})"
+    return out + (f" — {reason}" if reason else "")
+
+
+def log_verdict(n: int, rec: dict, change: tuple | None = None) -> None:
+    """The arm's final verdict, logged once, after any comparison changed it (tuner.night.loop)."""
+    log.info("[arm %s VERDICT %s] %s", n, rec.get("verdict"), verdict_text(rec, change))
+
+
 class ArmRunner:
     def __init__(self, host: Host, profile: EngineProfile, *, campaign: str, folder: Path, plan: MeasurePlan,
                  limits: BootLimits, objective: Objective, constraints: Constraints, min_effect: float = 0.02,
@@ -101,8 +133,7 @@ class ArmRunner:
                            "evidence": list(boot.report.evidence[:3]), "flags_not_applied": boot.not_applied,
                            "report": boot.report.to_dict()}
             if boot.outcome != "ready":
-                rec["verdict"] = f"boot-failed:{boot.outcome}"
-                log.info("[arm %s VERDICT %s] %s", n, rec["verdict"], (boot.report.evidence or ("",))[0][:160])
+                rec["verdict"] = f"boot-failed:{boot.outcome}"      # logged once, by the caller (log_verdict)
                 return self._finish(rec, t0, folder)
             crashpoint("booted", n)
             t_measure = self.host.now()
@@ -156,9 +187,8 @@ class ArmRunner:
             rec["verdict"], rec["delta"], rec["threshold"] = j.verdict, j.delta, j.threshold
             if j.reason:
                 rec["reason"] = j.reason
-        log.info("[arm %s VERDICT %s] objective %s%s", n, rec["verdict"],
-                 "n/a" if obj is None else f"{obj:.2f}",
-                 f" ({rec['delta']:+.1%} vs incumbent, band ±{rec['threshold']:.1%})" if rec.get("delta") is not None else "")
+        log.debug("[arm %s JUDGED %s] %s (before any comparison; the caller logs the verdict)", n, rec["verdict"],
+                  verdict_text(rec))
         return self._finish(rec, t0, folder)
 
     def _telemetry(self, b, http, boot, shape: Shape, m: Measurement, folder: Path) -> dict:

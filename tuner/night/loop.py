@@ -21,7 +21,7 @@ from arms.lifecycle import crashpoint, sweep_orphans
 from arms.profiles import EngineProfile
 from arms.secrets import Sealer
 
-from tuner.night.arm_runner import ArmRunner
+from tuner.night.arm_runner import ArmRunner, log_verdict
 from tuner.night.compare import ERROR_RATE, Side, compare, estimate_drift, look_alpha
 from tuner.night.sampler import OneChangeSampler, told_as, trial_of
 from tuner.night.sampler import tell as sampler_tell
@@ -331,6 +331,7 @@ class CampaignLoop:
                                   extend=self._extender(st, p, shape))
         except (KeyboardInterrupt, SystemExit):
             self.journal.append("arm_end", arm=n, kind=p.kind, verdict="interrupted", reason="signal")
+            log.warning("[arm %d VERDICT interrupted] a signal stopped the tuner mid-arm", n)
             self._tell(trial, {"verdict": "interrupted"})
             self.journal.append("told", arm=n, trial=trial)
             self.journal.append("campaign_end", reason="interrupted by a signal", arms=n + 1)
@@ -343,11 +344,10 @@ class CampaignLoop:
                 rec["verdict"], rec["delta"], rec["compare"] = cmp.verdict, cmp.effect, cmp.to_dict()
                 rec["threshold"] = cmp.effect - cmp.lo
         self.journal.append("arm_end", **{k: v for k, v in rec.items() if k != "arm"}, arm=n)
+        log_verdict(n, rec, p.change)          # once, after the comparison (its interval in the line)
         if cmp is not None:
             self.journal.append("compare", arm=n, incumbent=st.incumbent.key(), look=look,
                                 change=[p.change[0], values.encode(p.change[1])], comparison=cmp.to_dict())
-            log.info("[arm %d COMPARE %s] %s -> %s: %s, runs %d vs %d, boots %d vs %d, error rate %.2g", n, cmp.verdict,
-                     p.change[0], values.text(p.change[1]), cmp.interval_text(), *cmp.runs, *cmp.boots, cmp.alpha)
         elif self._comparable() and (p.kind == "start" or p.kind == "recheck" and st.starts_at(st.incumbent.key())):
             st2 = self._replay()
             h2h, _ = self._compare(st2, st2.incumbent, None, against=self.camp.baseline)
