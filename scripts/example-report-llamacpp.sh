@@ -19,11 +19,13 @@ load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 .venv/bin/tuner run examples/llamacpp-cpu.yaml --quiet "$@"
 wall=$((SECONDS - start))
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
-.venv/bin/tuner report examples/llamacpp-cpu.yaml >/dev/null
+TZ=UTC .venv/bin/tuner report examples/llamacpp-cpu.yaml >/dev/null     # times in UTC, named
 out=docs/example-report-llamacpp
 rm -rf "$out" && mkdir -p "$out"
 cp journal/llamacpp-cpu/REPORT.md "$out/"
 cp -r journal/llamacpp-cpu/report "$out/"
+cp journal/llamacpp-cpu/journal.jsonl "$out/"          # what the report was rendered from
+[ -f journal/llamacpp-cpu/membw.json ] && cp journal/llamacpp-cpu/membw.json "$out/"
 for log in $(grep -o 'arms/[0-9]*/boot.log' "$out/REPORT.md" | sort -u); do
   mkdir -p "$out/$(dirname "$log")" && cp "journal/llamacpp-cpu/$log" "$out/$log"
 done

@@ -1,7 +1,9 @@
 """report.html and the dashboard in a real browser: Debian's chromium, driven headless by
 playwright (``executable_path``: no browser download). Images load, tables render, the console
-has no errors; a screenshot of each is saved (docs/example-report/*.png were made this way:
-TUNER_SCREENSHOTS=docs/example-report pytest tests/test_browser.py)."""
+has no errors, the answer (recommendation, interval, error rate, what is undecided) is on the
+first screen; a screenshot of each is saved (docs/example-report/report-chromium.png and
+dashboard-chromium.png were made this way: TUNER_SCREENSHOTS=docs/example-report pytest
+tests/test_browser.py; first-screen.png by scripts/example-report.sh)."""
 from __future__ import annotations
 
 import os
@@ -73,6 +75,30 @@ def test_report_html_in_chromium(browser, night, tmp_path):
     assert errors == [], errors
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     _keep(shot)
+    page.close()
+
+
+def test_the_answer_is_on_the_first_screen(browser, night, tmp_path):
+    """At 1280 x 900 the recommendation, its interval and error rate, and what is still
+    undecided are in view before any scrolling; the plots are drawn at 1,600 px or more."""
+    shot = tmp_path / "first-screen.png"
+    page, errors = _open(browser, (night / "report.html").as_uri(), shot)
+    seen = page.eval_on_selector_all("p", """ps => ps.map(p => {
+        const r = p.getBoundingClientRect(); return [p.textContent, r.top, r.bottom]; })""")
+    height = page.viewport_size["height"]
+    first = [text for text, top, bottom in seen if bottom <= height]
+    rec = next((x for x in first if x.startswith("Recommendation: ")), None)
+    assert rec, seen[:4]
+    assert "against the start" in first[first.index(rec)] or "keep" in rec
+    if "with the change(s) below" in rec:
+        assert re.search(r"[+-]\d+\.\d% \[[+-]\d+\.\d%, [+-]\d+\.\d%\]", rec) and "error rate" in rec, rec
+        items = page.eval_on_selector_all("h2 + p + ul li", "ls => ls.map(l => l.getBoundingClientRect().bottom)")
+        assert items and max(items) <= height
+    assert any(x.startswith("Still undecided") for x in first), first
+    assert any(" of simulated time " in x for x in first), "the simulated night's time is said as such"
+    widths = page.eval_on_selector_all("img", "els => els.map(e => e.naturalWidth)")
+    assert len(widths) == 3 and min(widths) >= 1600, widths
+    assert errors == [], errors
     page.close()
 
 

@@ -492,3 +492,25 @@ def test_the_committed_example_journal_is_what_the_night_writes_today(tmp_path, 
     committed = ex.normalized(ex.OUT / "journal.jsonl", ex.ROOT)
     assert [r["op"] for r in fresh] == [r["op"] for r in committed]
     assert fresh == committed, "docs/example-report/journal.jsonl is stale: run `bash scripts/example-report.sh`"
+
+
+def test_measure_membw_gbs_is_a_campaign_key_the_roofline_reads(tmp_path):
+    """The README documents `measure.membw_gbs` (the roofline's bandwidth): the schema takes it."""
+    import yaml
+
+    from arms.errors import ConfigError
+    from report_journals import REPO
+    from tuner.morning.report_roofline import _bandwidth
+    from tuner.night.campaign import load_campaign
+
+    camp = yaml.safe_load((REPO / "examples" / "llamacpp-cpu.yaml").read_text())
+    camp.setdefault("measure", {})["membw_gbs"] = 21.5
+    camp["journal"] = str(tmp_path / "journal")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(camp, sort_keys=False))
+    assert load_campaign(path).raw["measure"]["membw_gbs"] == 21.5
+    assert _bandwidth(tmp_path, {"measure": {"membw_gbs": 21.5}}) == (21.5, "campaign measure.membw_gbs")
+    camp["measure"]["membw_gbs"] = -3
+    path.write_text(yaml.safe_dump(camp, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"measure\.membw_gbs"):
+        load_campaign(path)

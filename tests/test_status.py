@@ -89,3 +89,53 @@ def test_a_better_probe_without_its_confirmation_is_unconfirmed(night, tmp_path)
     r = tuner("status", str(folder))
     row = [x for x in r.stdout.splitlines() if x.lstrip().startswith(f"{probe['arm']} ")]
     assert row and "better (unconfirmed)" in row[0], r.stdout
+
+
+def test_values_of_one_lever_are_told_apart_in_80_columns(night):
+    """Arms whose changes share a long prefix (a JSON-valued lever) show the part that differs."""
+    from tests.report_journals import records
+
+    recs = records(night)
+    by_text: dict[str, set[int]] = {}
+    for r in recs:
+        if r["op"] == "arm_start" and r.get("change"):
+            by_text.setdefault(json.dumps(r["change"], sort_keys=True), set()).add(r["arm"])
+    r = tuner("status", str(night), env={"COLUMNS": "80"})
+    lines = r.stdout.splitlines()
+    header = next(x for x in lines if x.startswith("arm "))
+    rows = {int(x.split()[0]): x for x in lines[lines.index(header) + 1:] if x[:4].strip().isdigit()}
+    c0, c1 = header.index("change"), header.index("verdict")
+    cell = {n: row[c0:c1].strip() for n, row in rows.items()}
+    spec = {t: ns for t, ns in by_text.items() if "speculative-config" in t}
+    assert len(spec) >= 3, "the night tries several values of the JSON-valued lever"
+    seen: dict[str, str] = {}
+    for t, ns in by_text.items():
+        cells = {cell[n] for n in ns}
+        assert len(cells) == 1, (t, cells)              # one change, one name
+        name = cells.pop()
+        assert name not in seen, f"{t} and {seen.get(name)} both read {name!r}"
+        seen[name] = t
+
+
+def test_value_names_show_the_keys_that_differ_and_cuts_keep_what_differs():
+    from arms.shape import ABSENT
+    from tuner.morning.change_names import ValueNames, fit
+
+    vals = [{"method": "mtp", "num_speculative_tokens": 4}, {"method": "mtp", "num_speculative_tokens": 3},
+            {"method": "mtp", "num_speculative_tokens": 6}, {"method": "ngram", "num_speculative_tokens": 4}, ABSENT]
+    names = ValueNames([("speculative-config", v) for v in vals] + [("threads", 2)])
+    got = [names.value("speculative-config", v) for v in vals]
+    assert got == ['{"method":"mtp","num_speculative_tokens":4}',       # differs from two siblings in two keys
+                   "{… num_speculative_tokens: 3}", "{… num_speculative_tokens: 6}", "{… method: ngram}", "absent"]
+    assert names.value("threads", 2) == "2"
+    assert ValueNames([("x", {"a": 1, "b": 2})]).value("x", {"a": 1, "b": 2}) == '{"a":1,"b":2}'   # no sibling: all of it
+    changes = [names.change("speculative-config", v) for v in vals]
+    long = ['override-tensor → blk\\.(1[0-9])\\.ffn_.*_exps\\.=CPU', 'override-tensor → blk\\.(2[0-9])\\.ffn_.*_exps\\.=CPU',
+            "a long text with no arrow, number 1", "a long text with no arrow, number 2", "short"]
+    for texts in (changes, long):
+        for width in (12, 16, 20, 25, 32, 40, 80):
+            out = fit(texts, width)
+            assert all(len(x) <= width for x in out), (width, out)
+            assert len(set(out)) == len(set(texts)), (width, out)      # different texts stay different
+            assert [x for x, t in zip(out, texts) if len(t) <= width] == [t for t in texts if len(t) <= width]
+    assert fit(changes, 25)[1:3] == ["specu… → …tokens: 3}", "specu… → …tokens: 6}"]

@@ -67,6 +67,8 @@ class Measure(_Model):
     max_invalid_per_depth: Annotated[int, Field(ge=0)] = 1
     telemetry: bool = False
     link_gbs: PosFloat | None = None
+    membw_gbs: PosFloat | None = Field(None, description="host memory bandwidth in GB/s for the report's roofline "
+                                                         "(llama.cpp); default: host/membw.py's probe")
     probe_interval_s: PosFloat = 2.0
     sweep: bool | Sweep | None = Field(None, description="true or the sweep's settings: every measured arm runs "
                                                           "the concurrency sweep (always with goodput_at_slo)")
