@@ -404,7 +404,9 @@ def test_a_night_that_learned_nothing_says_so_first(night, tmp_path):
     end["no_result"] = {"cause": "the starting shape did not boot (2 of 2 boots failed: bad-argument)",
                         "evidence": "error: invalid argument: --mlock"}
     write_journal(folder, recs)
-    head = section(render_markdown(build_report(folder)), "Headline")
+    md = render_markdown(build_report(folder))
+    assert md.startswith("# Morning report: report-night — no result\n")
+    head = section(md, "Headline")
     assert head.lstrip().startswith("**No result:** the starting shape did not boot (2 of 2 boots failed: "
                                     "bad-argument) — evidence: `error: invalid argument: --mlock`.")
 
@@ -514,3 +516,30 @@ def test_measure_membw_gbs_is_a_campaign_key_the_roofline_reads(tmp_path):
     path.write_text(yaml.safe_dump(camp, sort_keys=False))
     with pytest.raises(ConfigError, match=r"measure\.membw_gbs"):
         load_campaign(path)
+
+
+def test_a_night_in_which_nothing_booted_reads_no_result_from_its_arms(tmp_path):
+    """examples/llamacpp-cpu.yaml --simulated: the simulated host runs the simulated engine, which
+    refuses llama-server's argv, so every arm fails to boot; the report says so first, even on a
+    journal with no journaled no_result."""
+    import yaml
+
+    from report_journals import REPO
+
+    camp = yaml.safe_load((REPO / "examples" / "llamacpp-cpu.yaml").read_text())
+    camp["journal"] = str(tmp_path / "journal")
+    camp["budget"] = {"max_arms": 4}
+    path = tmp_path / "llamacpp-cpu.yaml"
+    path.write_text(yaml.safe_dump(camp, sort_keys=False))
+    main(["run", str(path), "--simulated", "--quiet"])
+    folder = tmp_path / "journal" / camp["name"]
+    recs = records(folder)
+    assert all(e["verdict"].startswith("boot-failed:") for e in finished(recs).values())
+    md = render_markdown(build_report(folder))
+    assert md.startswith(f"# Morning report: {camp['name']} — no result\n")
+    head = section(md, "Headline").lstrip()
+    assert head.startswith("**No result:** no boot of the starting shape yielded the objective decode_geomean")
+    first = next(e for e in finished(recs).values() if e["kind"] in ("baseline", "recheck"))
+    assert f"evidence: `{first['boot']['evidence'][0]}`" in head.split("\n\n")[0]
+    assert "**Recommendation: keep the campaign's baseline as it is** — the night measured nothing" in head
+    assert "of simulated time" in head and "no objective measured" in head

@@ -57,6 +57,7 @@ class Report:
         return self._pngs
 
     plot_note: str | None = None
+    no_result: bool = False           # the night learned nothing (campaign_end.no_result): the title says so
 
 
 @dataclass
@@ -171,8 +172,8 @@ class _Builder:
                 return True, f"inferred: arm #{a.n}'s host probes say “{log}”"
         engine = str((self.start.get("campaign") or {}).get("engine") or "")
         t0 = float(self.records[0].get("t") or 0.0)
-        if engine == "simengine" and t0 and t0 % 3600 == 0:
-            return True, "inferred: the simulated engine, and a night that starts on the hour to the millisecond"
+        if t0 and t0 % 900 == 0:             # SimHost's epoch; a real clock is never on the quarter hour to the ms
+            return True, "inferred: the night starts on the quarter-hour to the millisecond, as a simulated host's clock does"
         if engine == "simengine":
             return False, "the simulated engine on a real host: real time, simulated numbers"
         return False, "a real host's clock"
@@ -270,7 +271,10 @@ def build_report(folder: str | Path) -> Report:
     plots = {"depths": b.depths, "frame": df, "series": series, "t0": t0, "simulated": b.clock()[0],
              "incumbents": [b.inc_arm.get(b.baseline.key())] + [m["arm"] for m in b.moves],
              "objective": b.objective, "moves": [(m["t"], m["arm"]) for m in b.moves]}
-    return Report(folder=folder, name=b.name, objective=b.objective, frame=df, sections=secs, plots=plots)
+    from tuner.morning.report_headline import no_result, start_objective
+
+    return Report(folder=folder, name=b.name, objective=b.objective, frame=df, sections=secs, plots=plots,
+                  no_result=no_result(b, start_objective(b, df)) is not None)
 
 
 def render_markdown(report: Report) -> str:

@@ -31,11 +31,15 @@ def md_table(df: pd.DataFrame) -> str:
     return "\n".join([head, sep, *body])
 
 
+def title(report) -> str:
+    return f"Morning report: {report.name}" + (" — no result" if getattr(report, "no_result", False) else "")
+
+
 def markdown(report, img_src=None) -> str:
     """REPORT.md; ``img_src(name)`` gives an image's URL (default ``report/NAME.png``)."""
     pngs = report.pngs()
     img_src = img_src or (lambda name: f"report/{name}.png")
-    out = [f"# Morning report: {report.name}", ""]
+    out = [f"# {title(report)}", ""]
     for sec in report.sections:
         out += [f"## {sec.title}", ""]
         for kind, data in sec.blocks:
@@ -75,5 +79,5 @@ def html(report) -> str:
     md = markdown(report, img_src=lambda name: "data:image/png;base64," + base64.b64encode(pngs[name]).decode())
     body = _MD.render(md)
     return ("<!doctype html>\n<html><head><meta charset=\"utf-8\">"
-            f"<title>Morning report: {_html.escape(report.name)}</title><style>{_CSS}</style></head>\n<body>\n"
+            f"<title>{_html.escape(title(report))}</title><style>{_CSS}</style></head>\n<body>\n"
             + body + "\n</body></html>\n")

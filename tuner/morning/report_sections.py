@@ -1,4 +1,5 @@
-"""The sections of the morning report, as plain blocks (see ``tuner.morning.report.Section``).
+"""The sections of the morning report, as plain blocks (see ``tuner.morning.report.Section``);
+the headline and "How sure" are tuner.morning.report_headline's.
 
 Every table is a pandas DataFrame of display strings; every group of rows past a cap becomes
 one line of counts, so a 10,000-arm night gives a report of the same size as a 50-arm one.
@@ -10,148 +11,12 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from arms import values
-from tuner.night.compare import ERROR_RATE
-from tuner.night.records import latest_judged
-from tuner.morning.status import baseline_objective
-from tuner.morning.status import gain as status_gain
-from tuner.morning.report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS, Section, _num, _pct,
-                     _span, _when, _words, missing)
+from tuner.morning.report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS, Section, _num,
+                                        _pct, missing)
 
 
 def _fmt_tokens(v) -> str:
     return "—" if missing(v) else f"{int(v):,}"
-
-
-def headline(b, df: pd.DataFrame, series: list[dict]) -> Section:
-    """The answer first: what to run (or why nothing), how sure, what is still undecided; then
-    the night (its time said as simulated where it was) and the incumbents at start and end."""
-    s = Section("Headline")
-    st = b.st
-    fin = df[df["verdict"].notna()]
-    t0 = b.records[0].get("t") or 0.0
-    t1 = b.records[-1].get("t") or t0
-    counts = Counter(v.split(":")[0] for v in fin["verdict"])
-    ended = (st.ended or {}).get("reason")
-    judged = latest_judged(b.records)            # the loop's own numbers, never recomputed here
-    end_obj = judged["incumbent_value"] if judged else st.incumbent_value
-    by_arm = df.sort_values("arm")[["kind", "objective"]]
-    start_obj = baseline_objective(by_arm.astype(object).where(by_arm.notna(), None).to_dict("records"))
-    rate = _error_rate(b)
-    unmet = b.constraints.unmet(st.incumbent_score)
-    diff = [] if unmet else b.baseline.diff(st.incumbent)
-    nothing = (st.ended or {}).get("no_result")
-    if isinstance(nothing, dict) and nothing.get("cause"):
-        s.add("p", f"**No result:** {nothing['cause']}" + (f" — evidence: `{nothing['evidence']}`"
-                                                          if nothing.get("evidence") else "") + ".")
-    if unmet:
-        s.add("p", f"**Recommendation: keep {b.start_words} as it is** — no shape satisfies {'; '.join(unmet)}: "
-                   f"the best arm (#{st.incumbent_arm}, violation {st.incumbent_score.violation:.2f}) still breaks "
-                   "them, so nothing measured tonight is recommended (relax the constraint, or add the levers that "
-                   "reach it: a longer window, a denser KV dtype, a bigger KV pool).")
-    elif diff:
-        s.add("p", f"**Recommendation: {b.start_words} with the change(s) below** — {b.objective} "
-                   f"**{_pct(status_gain(end_obj, start_obj))}** against the start "
-                   f"({_num(start_obj)} → {_num(end_obj)} {_unit(b)}); {_how_sure(b, rate)}.")
-        s.add("ul", [_words(c) for c in diff])
-    else:
-        s.add("p", f"**Recommendation: keep {b.start_words} as it is** — no arm beat it beyond the noise band "
-                   f"({_band_text(judged, rate)}).")
-    und = undecided(b)
-    if und:
-        s.add("p", f"**Still undecided** ({len(und)}, never promoted: their intervals straddle 0): "
-                   + "; ".join(f"{k[0]} → {k[1]} {c['effect']:+.1%} "
-                               f"[{c['lo']:+.1%}, {c['hi']:+.1%}]" for k, c in und[:UNDECIDED_SHOWN])
-                   + (f"; … and {len(und) - UNDECIDED_SHOWN:,} more" if len(und) > UNDECIDED_SHOWN else "")
-                   + " — details under “How sure”.")
-    else:
-        s.add("p", "**Still undecided:** nothing — every comparison against the final incumbent was decided.")
-    simulated, how = b.clock()
-    clock = (f"**{_span(t1 - t0)}** of simulated time (a simulated night: the host's virtual clock, not this "
-             f"machine's; {how})" if simulated else f"**{_span(t1 - t0)}** of wall time ({how})")
-    when = "simulated " if simulated else ""
-    s.add("p", f"Campaign **{b.name}**: {len(df):,} arms ({len(fin):,} finished) from {when}{_when(t0)} to "
-               f"{_when(t1, day=_when(t0)[:10] != _when(t1)[:10])} — {clock}. Objective `{b.objective}`. "
-               + (f"Ended: {ended}." if ended else "The campaign has not ended (still running, or stopped by a crash).")
-               + " Verdicts: " + ", ".join(f"{k} {n:,}" for k, n in counts.most_common()) + ".")
-    base_arm = b.inc_arm.get(b.baseline.key())
-    s.add("p", f"**Incumbent at start:** {b.start_words} (`{b.baseline.key()}`, arm #{base_arm}) — "
-               f"{_num(start_obj)} {_unit(b)}.")
-    band = _band_text(judged, rate)
-    if b.moves:
-        m = b.moves[-1]
-        ch = m.get("change") or ["?", None]
-        ns = [f"#{n}" for n in m.get("confirmed_arms") or [m["arm"]]]
-        arms = ", ".join(ns[:-1]) + " and " + ns[-1] if len(ns) > 1 else ns[0]
-        change = f"{ch[0]} → {values.text_of(ch[1])} (arms {arms})"
-        gain = status_gain(end_obj, start_obj)
-        s.add("p", f"**Incumbent at end:** `{st.incumbent.key()}` after {len(b.moves)} move(s), the last {change} — "
-                   f"{_num(end_obj)} {_unit(b)}: **{_pct(gain)}** against the start ({band}).")
-    else:
-        s.add("p", f"**Incumbent at end:** unchanged — no arm beat {b.start_words} beyond the noise band "
-                   f"({band}).")
-    return s
-
-
-UNDECIDED_SHOWN = 4          # undecided changes named in the headline (all of them under "How sure")
-
-
-def _how_sure(b, rate: float | None) -> str:
-    """The moves' intervals and error rates as journaled (the last three; the rest under "How
-    sure"), and the final head-to-head against the start where the night ran one."""
-    moves = [r for r in b.records if r["op"] == "incumbent" and r.get("comparison")]
-    inc = b.st.incumbent.key()
-    h2h = [r for r in b.records if r["op"] == "compare" and r.get("kind") == "head-to-head" and r.get("incumbent") == inc]
-    parts = []
-    if h2h:
-        c = h2h[-1]["comparison"]
-        parts.append(f"head-to-head against the start {c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}], "
-                     f"error rate {c['alpha']:.2g}")
-
-    def one(r):
-        c = r["comparison"]
-        return f"arm #{r['arm']} {c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}] at error rate {c['alpha']:.2g}"
-
-    if len(moves) == 1:
-        parts.append(f"the move ({one(moves[0])}) against the shape it replaced")
-    elif moves:
-        earlier = f" (and {len(moves) - 3} earlier, under “How sure”)" if len(moves) > 3 else ""
-        parts.append("each move against the shape it replaced: " + ", ".join(one(r) for r in moves[-3:]) + earlier)
-    if not parts:
-        parts.append("no interval journaled (moved by the constraints, or a journal from an older tuner)")
-    fam = f"; promotions at a family error rate of {rate:g}" if rate is not None else ""
-    return "; ".join(parts) + fam
-
-
-def undecided(b) -> list[tuple[tuple[str, str], dict]]:
-    """((lever, value text), the last comparison) of each change whose last comparison against the
-    final incumbent was undecided, in the order they were first compared."""
-    last: dict = {}
-    inc = b.st.incumbent.key()
-    for r in b.records:
-        if r["op"] == "compare" and r.get("change") and r["incumbent"] == inc:
-            last[(r["change"][0], values.text_of(r["change"][1]))] = r["comparison"]
-    return [(k, c) for k, c in last.items() if c["verdict"] == "undecided"]
-
-
-def _unit(b) -> str:
-    return "tok/s" if b.objective.startswith("decode") else ""
-
-
-def _error_rate(b) -> float | None:
-    """The night's family error rate as journaled (campaign_end; else the campaign it started with)."""
-    end = b.st.ended or {}
-    if end.get("error_rate") is not None:
-        return end["error_rate"]
-    return ((b.start.get("campaign") or {}).get("noise") or {}).get("error_rate", ERROR_RATE)
-
-
-def _band_text(judged: dict | None, error_rate: float | None) -> str:
-    if not judged:
-        return "noise band not journaled (a journal from an older tuner)"
-    rate = f", promotions at a family error rate of {error_rate:g}" if error_rate is not None else ""
-    return (f"noise band ±{judged['noise_band']:.1%} from {judged['measures']} measures of the incumbent; "
-            f"a change had to beat ±{judged['band']:.1%}{rate}")
 
 
 def arm_table(b, df: pd.DataFrame) -> Section:
@@ -369,41 +234,6 @@ def constraints(b, df: pd.DataFrame) -> Section:
     return s.add("ul", items)
 
 
-def _cmp_row(c: dict) -> list[str]:
-    out = [f" ({n} disturbed left out)" if n else "" for n in c.get("disturbed") or (0, 0)]
-    return [f"{c['runs'][0]:,} runs / {c['boots'][0]} boot(s){out[0]}",
-            f"{c['runs'][1]:,} runs / {c['boots'][1]} boot(s){out[1]}",
-            f"{c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}]", f"{c['alpha']:.2g}"]
-
-
-def decisions(b, df: pd.DataFrame) -> Section:
-    """What each promotion rested on (the journaled comparisons), the closing head-to-head
-    against the starting shape, and the challengers the night could not decide."""
-    s = Section("How sure")
-    cols = ["runs, challenger", "runs, incumbent", "difference [interval]", "error rate"]
-    moves = [r for r in b.records if r["op"] == "incumbent" and r.get("comparison")]
-    if moves:
-        rows = [[f"arm {r['arm']}", f"{r['change'][0]} → {values.text_of(r['change'][1])}", *_cmp_row(r["comparison"])]
-                for r in moves]
-        s.add("table", pd.DataFrame(rows, columns=["move", "change", *cols]))
-    h2h = [r for r in b.records if r["op"] == "compare" and r.get("kind") == "head-to-head"]
-    if h2h:
-        c = h2h[-1]["comparison"]
-        s.add("p", f"Final head-to-head, the incumbent against the starting shape: {c['effect']:+.1%} "
-                   f"[{c['lo']:+.1%}, {c['hi']:+.1%}] over {c['runs'][0]:,} vs {c['runs'][1]:,} runs "
-                   f"({c['boots'][0]} vs {c['boots'][1]} boots).")
-    und = undecided(b)
-    if und:
-        s.add("p", "Undecided (never promoted; their measurements did not settle):")
-        s.add("ul", [f"{k[0]} → {k[1]}: {c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}], spread of one run "
-                     f"{(c['sigma'][0] or 0):.1%} vs the incumbent's {(c['sigma'][1] or 0):.1%}, "
-                     f"{c['boots'][0]} boot(s)" for k, c in und])
-    end = next((r for r in reversed(b.records) if r["op"] == "campaign_end"), None)
-    if end and end.get("reason"):
-        s.add("p", f"The night ended: {end['reason']}.")
-    return s
-
-
 def plots(b) -> Section:
     s = Section("Plots")
     s.add("img", ("decode_vs_depth", "decode tok/s against depth: the incumbents and the best arms"))
@@ -413,6 +243,7 @@ def plots(b) -> Section:
 
 
 def sections(b, df: pd.DataFrame, series: list[dict]) -> list[Section]:
+    from tuner.morning.report_headline import decisions, headline
     from tuner.morning.report_roofline import roofline
 
     out = [headline(b, df, series), decisions(b, df), arm_table(b, df), memory(b, df), roofline(b, df),
