@@ -375,10 +375,14 @@ def test_the_production_shape_is_named_only_when_the_campaign_has_one(night, tmp
 def test_simulated_time_is_said_as_such_and_how_the_report_knows(night, tmp_path):
     head = section(render_markdown(build_report(night)), "Headline")
     assert "of simulated time (a simulated night" in head and "of wall time" not in head
-    assert "inferred: arm #0's host probes say “not scanned (simulated host)”" in head
+    inferred = "inferred: arm #0's host probes say “not scanned (simulated host)”"
+    assert ("journaled in campaign_start" if "simulated" in records(night)[0] else inferred) in head
     folder = tmp_path / "night"
     shutil.copytree(night, folder)
     recs = records(folder)
+    recs[0].pop("simulated", None)                           # a journal from before it was journaled
+    write_journal(folder, recs)
+    assert inferred in section(render_markdown(build_report(folder)), "Headline")
     for flag, words in ((True, "of simulated time"), (False, "of wall time")):
         recs[0]["simulated"] = flag                          # the loop journals it (branch `deadline`)
         write_journal(folder, recs)
@@ -535,11 +539,18 @@ def test_a_night_in_which_nothing_booted_reads_no_result_from_its_arms(tmp_path)
     folder = tmp_path / "journal" / camp["name"]
     recs = records(folder)
     assert all(e["verdict"].startswith("boot-failed:") for e in finished(recs).values())
-    md = render_markdown(build_report(folder))
-    assert md.startswith(f"# Morning report: {camp['name']} — no result\n")
-    head = section(md, "Headline").lstrip()
-    assert head.startswith("**No result:** no boot of the starting shape yielded the objective decode_geomean")
     first = next(e for e in finished(recs).values() if e["kind"] in ("baseline", "recheck"))
-    assert f"evidence: `{first['boot']['evidence'][0]}`" in head.split("\n\n")[0]
-    assert "**Recommendation: keep the campaign's baseline as it is** — the night measured nothing" in head
-    assert "of simulated time" in head and "no objective measured" in head
+    end = next(r for r in reversed(recs) if r["op"] == "campaign_end")
+    journaled = end.get("no_result")                  # the loop journals it (branch `deadline`); else read from the arms
+    for nr in ([journaled] if journaled else []) + [None]:
+        if nr is None and journaled:
+            end.pop("no_result")
+            write_journal(folder, recs)
+        md = render_markdown(build_report(folder))
+        assert md.startswith(f"# Morning report: {camp['name']} — no result\n")
+        head = section(md, "Headline").lstrip()
+        cause = nr["cause"] if nr else "no boot of the starting shape yielded the objective decode_geomean"
+        assert head.startswith(f"**No result:** {cause}")
+        assert f"evidence: `{first['boot']['evidence'][0]}`" in head.split("\n\n")[0]
+        assert "**Recommendation: keep the campaign's baseline as it is** — the night measured nothing" in head
+        assert "of simulated time" in head and "no objective measured" in head
