@@ -225,9 +225,10 @@ class SimHost:
     def _boot(self, ctr: _Ctr) -> None:
         """Run the engine's boot on a virtual clock from now; keep its lines and its end."""
         t = [self._now]
+        boot_no = next(self._boots)            # this host's boots so far: a fresh host is a box with a cold page cache
         env = {**IMAGE_ENV, "SIMENGINE_NOISE_SEED": str(int(hashlib.sha256(
-            f"{self.noise_seed}:{ctr.spec.name}:{next(self._boots)}".encode()).hexdigest()[:8], 16)),
-            "SIMENGINE_STREAM_INTERVAL": str(self.stream_interval),
+            f"{self.noise_seed}:{ctr.spec.name}:{boot_no}".encode()).hexdigest()[:8], 16)),
+            "SIMENGINE_STREAM_INTERVAL": str(self.stream_interval), "SIMENGINE_BOOT_INDEX": str(boot_no),
             **self.env, **dict(ctr.spec.env)}
         out = _Lines(self, ctr, lambda: t[0])
         argv = ["serve", *(ctr.spec.command or IMAGE_CMD)]
