@@ -20,6 +20,7 @@ from arms.host import Host
 from arms.lifecycle import crashpoint, sweep_orphans
 from arms.profiles import EngineProfile
 from arms.secrets import Sealer
+from arms.verdict import untrusted
 
 from tuner.night.arm_runner import ArmRunner
 from tuner.night.compare import ERROR_RATE, Side, compare, estimate_drift, look_alpha
@@ -28,10 +29,10 @@ from tuner.night.sampler import tell as sampler_tell
 from arms import values
 from tuner.night.guard import Guard
 from tuner.night.journal import Journal, refuse_orphaned
-from tuner.night.search import Proposal, apply, by_constraint, propose
+from tuner.night.search import Proposal, apply, propose
 from tuner.night.state import Replay, State
 from tuner.night.study import open_study, sync_study
-from tuner.night.verdict import Score
+from tuner.night.verdict import Score, promotes
 
 log = logging.getLogger("tuner.loop")
 EXTEND_CAP = 4        # a challenger's boot measures at most this many times the plan's runs
@@ -110,10 +111,7 @@ class CampaignLoop:
             log.warning("[arm %s VERDICT interrupted] resumed after a crash", a.n)
         st = self._replay()
         for a in st.finished():       # a confirmed win whose promotion the crash cut off
-            c = (a.end or {}).get("compare")
-            won = c["verdict"] == "better" and c["boots"][0] >= 2 if c else \
-                (a.kind == "confirm" and a.verdict == "better") or (a.kind == "probe" and by_constraint(a.end))
-            if a.change and won and a.incumbent == st.incumbent.key():
+            if a.change and promotes(a.kind, a.end, (a.end or {}).get("compare")) and a.incumbent == st.incumbent.key():
                 self._promote(st, a.n)
                 st = self._replay()
         self._reconcile_optuna(st)
@@ -146,8 +144,7 @@ class CampaignLoop:
             sampler_tell(self.study, trial, *told_as(end, moved, max(done) if done else None))
             return
         obj = (end.get("score") or {}).get("objective")
-        ok = end.get("verdict") not in ("interrupted", "invalid", "corrupt") and not str(end.get("verdict", "")).startswith("boot-failed")
-        if ok and obj is not None:
+        if not untrusted(end.get("verdict")) and obj is not None:
             self.study.tell(trial, obj)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
@@ -360,9 +357,7 @@ class CampaignLoop:
             self.journal.append("incumbent", arm=n, shape=shape.to_dict(), identity=shape.key(), score=rec["score"],
                                 samples=[rec["score"]["objective"]], change=None, previous=st.incumbent.key(),
                                 confirmed_arms=[n])
-        if (cmp is not None and cmp.verdict == "better" and cmp.boots[0] >= 2) or \
-                (cmp is None and p.kind == "confirm" and rec.get("verdict") == "better") or \
-                (cmp is None and p.kind == "probe" and by_constraint(rec)):
+        if promotes(p.kind, rec, rec.get("compare") if cmp is not None else None):
             self._promote(self._replay(), n)
             crashpoint("incumbent", n)
         self._tell(trial, rec)

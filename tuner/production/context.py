@@ -22,6 +22,7 @@ from arms.profiles import EngineProfile, load_profile
 from arms.prompts import api_from_profile
 from arms.readiness import ReadinessProbe, probe_once
 from arms.shape import Shape
+from arms.verdict import Verdict, untrusted
 
 from arms import values
 from tuner.production import envfile, units
@@ -31,7 +32,6 @@ from tuner.night.state import State, replay
 
 DEFAULT_QUADLET_DIR = "/etc/containers/systemd"
 DEFAULT_UNIT_DIR = "/etc/systemd/system"
-NOT_PROMOTABLE = ("boot-failed", "interrupted", "invalid", "corrupt")
 Smoke = Callable[[str, int], "tuple[float | None, dict]"]
 
 
@@ -153,13 +153,13 @@ def choose(st: State, arm: int | None, force: bool) -> Choice:
         known = ", ".join(str(x.n) for x in sorted(finished, key=lambda x: x.n)[-8:])
         raise ConfigError(f"arm {arm} {'has not finished' if a else 'does not exist'} (finished arms: ... {known})")
     verdict = str(a.verdict)
-    if verdict.startswith(NOT_PROMOTABLE) or not (a.end.get("measurement") or {}).get("depths"):
+    if untrusted(verdict) or not (a.end.get("measurement") or {}).get("depths"):
         raise ConfigError(f"arm {arm} came to {verdict}: it never served a trusted measurement and cannot be "
                           "promoted, not even with --force")
     change = f" ({values.change_text(a.change)})" if a.change else ""
     if arm in confirmed or (a.shape in winners and a.kind in ("recheck", "confirm")):
         return Choice(arm, a.shape, a.end, f"arm {arm}{change}: better, confirmed by a second boot")
-    if verdict == "better":
+    if verdict == Verdict.BETTER:
         conf = [c for c in finished if c.kind == "confirm" and c.shape == a.shape and c.n > arm]
         why = (f"arm {arm}{change} was better but its confirming arm {conf[0].n} came out {conf[0].verdict}"
                if conf else f"arm {arm}{change} was better but never confirmed by a second boot")
