@@ -10,7 +10,7 @@
 
 Rules for one arg (name, value):
     True            --name            (llama.cpp on/off flags: --name on)
-    False           vllm: --no-name   llama.cpp: left out (toggles: --name off)
+    False           vllm: --no-name   llama.cpp: left out (on/off flags: --name off)
     dict            --name '{"k":"v"}'  compact JSON, key order kept
     list            vllm: JSON        llama.cpp: comma-joined (--tensor-split 3,1)
     number          as written: 0.98, 2147483648; an integral float loses its ".0"
