@@ -27,13 +27,13 @@ import re
 from dataclasses import dataclass, replace
 
 from arms.argv import REDACTED, is_secret, render_argv
+from arms.argv import parse_argv as parse_engine_argv
 from arms.errors import ConfigError
 from arms.shape import Mount, Shape, format_value
 
 from tuner.production.envfile import HEADER, check_mapping, parse_env_file, redact_text, render_env_file
 from tuner.production.unitsyntax import (
     join_words,
-    parse_engine_argv,
     parse_ini,
     quote_word,
     split_words,
