@@ -77,13 +77,13 @@ def run_campaign(ns) -> int:
     from tuner.night.campaign import load_campaign
     from tuner.night.lock import CampaignLock
 
-    from arms.secrets import SealFilter, Sealer
+    from arms.secrets import SealFilter
 
     camp = load_campaign(ns.campaign)
     if ns.simulated and camp.sweep_plan is not None:
         raise ConfigError(f"{camp.path}: the concurrency sweep (measure.sweep / objective goodput_at_slo) needs "
                           "wall-clock concurrency: run it on podman, without --simulated")
-    seal_logs = SealFilter(Sealer.of(camp.baseline, camp.raw))
+    seal_logs = SealFilter(camp.sealer())
     for h in logging.getLogger().handlers:           # no secret of the campaign reaches a log line
         h.addFilter(seal_logs)
     with CampaignLock(camp.folder):

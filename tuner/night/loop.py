@@ -4,8 +4,6 @@ campaign folder) is reconciled to it at every start, so the two never disagree a
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -19,11 +17,10 @@ from arms.errors import ConfigError
 from arms.host import Host
 from arms.lifecycle import crashpoint, sweep_orphans
 from arms.profiles import EngineProfile
-from arms.secrets import Sealer
 from arms.verdict import untrusted
 
 from tuner.night.arm_runner import ArmRunner
-from tuner.night.compare import ERROR_RATE, Side, compare, estimate_drift, look_alpha
+from tuner.night.compare import Side, compare, estimate_drift, look_alpha
 from tuner.night.sampler import OneChangeSampler, told_as, trial_of
 from tuner.night.sampler import tell as sampler_tell
 from arms import values
@@ -40,8 +37,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def campaign_hash(camp) -> str:
-    blob = json.dumps(camp.raw, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return camp.identity()
 
 
 @dataclass
@@ -65,15 +61,7 @@ class CampaignLoop:
         self.drift_correction = False       # compare.estimate_drift: off, bench/results/drift.md says why
         folder = camp.folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.journal = Journal(folder / "journal.jsonl", clock=host.wall, sealer=Sealer.of(camp.baseline, camp.raw))
-        try:
-            er = self.error_rate
-        except (TypeError, ValueError):
-            er = None
-        if er is None or not 0 < er < 0.5:
-            raise ConfigError(f"{camp.path}: key 'noise.error_rate': {(camp.raw.get('noise') or {}).get('error_rate')!r} "
-                              "is not a probability in (0, 0.5); give e.g. 0.05 (the chance a night promotes "
-                              "anything that is not truly better)")
+        self.journal = Journal(folder / "journal.jsonl", clock=host.wall, sealer=camp.sealer())
         self.sampler = OneChangeSampler() if camp.search.mode != "joint" else None
         self.study = open_study(folder / "optuna.journal", camp.name, sampler=self.sampler,
                                 metric=str(camp.search.objective))
@@ -91,13 +79,13 @@ class CampaignLoop:
         h = campaign_hash(self.camp)
         started = next((r for r in self.journal.records if r["op"] == "campaign_start"), None)
         if started and started.get("campaign_hash") != h and not self.force:
-            old = started.get("campaign", {})
-            diff = sorted(k for k in set(old) | set(self.camp.raw) if old.get(k) != self.camp.raw.get(k))
+            old, new = started.get("campaign", {}), self.camp.record()
+            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             raise ConfigError(f"{self.camp.folder} was written by a different campaign file (keys that differ: "
                               f"{', '.join(diff) or 'none at top level'}); pass --force-resume to continue it anyway")
         if not started:
             refuse_orphaned(self.camp.folder, self.journal)
-            self.journal.append("campaign_start", campaign_hash=h, campaign=json.loads(json.dumps(self.camp.raw, default=str)),
+            self.journal.append("campaign_start", campaign_hash=h, campaign=self.camp.record(),
                                 file=str(self.camp.path.resolve()), baseline=self.camp.baseline.to_dict(),
                                 baseline_identity=self.camp.baseline.key())
         else:
@@ -207,7 +195,7 @@ class CampaignLoop:
     # -- sequential comparisons (tuner/night/compare.py) -------------------------------------------
     @property
     def error_rate(self) -> float:
-        return float((self.camp.raw.get("noise") or {}).get("error_rate", ERROR_RATE))
+        return self.camp.search.error_rate
 
     def _planned_looks(self) -> int:
         return 3 * sum(max(1, len(lv.values) - 1) for lv in self.camp.levers.values())

@@ -19,9 +19,11 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from arms.boot import BootLimits
 from arms.errors import ConfigError
-
-from tuner.night.compare import ERROR_RATE
+from arms.measure import MeasurePlan
+from arms.sweep import SweepPlan
+from tuner.night.compare import ERROR_RATE, MIN_EFFECT
 
 log = logging.getLogger("tuner.campaign")
 
@@ -51,39 +53,61 @@ class Baseline(_Model):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+# The defaults of the arm-level plans live once, in their dataclasses (arms/boot.py, arms/measure.py,
+# arms/sweep.py: an arm can be run without a campaign); these models read them, and ``limits()`` /
+# ``plan()`` build the plans the arms run.
 class Boot(_Model):
-    timeout_s: PosFloat = 1200.0
-    hang_s: PosFloat = 600.0
-    poll_s: PosFloat = 1.0
+    timeout_s: PosFloat = BootLimits.timeout_s
+    hang_s: PosFloat = BootLimits.hang_s
+    poll_s: PosFloat = BootLimits.poll_s
+
+    def limits(self) -> BootLimits:
+        return BootLimits(timeout_s=self.timeout_s, hang_s=self.hang_s, poll_s=self.poll_s)
+
+
+class Sweep(_Model):
+    """The concurrency sweep (arms/sweep.py; seeds 000/001): goodput at the SLO per arm."""
+    levels: list[PosInt] = Field(default=list(SweepPlan.levels), min_length=1)
+    duration_s: PosFloat = SweepPlan.duration_s
+    output_tokens: Annotated[int, Field(ge=2)] = SweepPlan.output_tokens
+    slo_ttft_s: PosFloat = SweepPlan.slo_ttft_s
+    slo_tpot_s: PosFloat = SweepPlan.slo_tpot_s
+    prompt_tokens: PosInt = SweepPlan.prompt_tokens
+    request_timeout_s: PosFloat = SweepPlan.request_timeout_s
+    idle_timeout_s: PosFloat = SweepPlan.idle_timeout_s
+    max_requests_per_level: PosInt = SweepPlan.max_requests_per_level
+    knee_tolerance: Fraction = SweepPlan.knee_tolerance
+
+    def plan(self) -> SweepPlan:
+        return SweepPlan(**{**self.model_dump(), "levels": tuple(self.levels)})
 
 
 class Measure(_Model):
-    depths: list[PosInt] = Field(default=[166, 1087, 4064], min_length=1)
-    runs: PosInt = 3
-    warm_tokens: Annotated[int, Field(ge=0)] = 64
-    max_tokens: PosInt = 256
-    run_timeout_s: PosFloat = 300.0
-    idle_timeout_s: PosFloat = 60.0
-    max_invalid_per_depth: Annotated[int, Field(ge=0)] = 1
+    depths: list[PosInt] = Field(default=list(MeasurePlan.depths), min_length=1)
+    runs: PosInt = MeasurePlan.runs
+    warm_tokens: Annotated[int, Field(ge=0)] = MeasurePlan.warm_tokens
+    max_tokens: PosInt = MeasurePlan.max_tokens
+    run_timeout_s: PosFloat = MeasurePlan.run_timeout_s
+    idle_timeout_s: PosFloat = MeasurePlan.idle_timeout_s
+    max_invalid_per_depth: Annotated[int, Field(ge=0)] = MeasurePlan.max_invalid_per_depth
     telemetry: bool = False
     link_gbs: PosFloat | None = None
     probe_interval_s: PosFloat = 2.0
     sweep: bool | Sweep | None = Field(None, description="true or the sweep's settings: every measured arm runs "
                                                           "the concurrency sweep (always with goodput_at_slo)")
 
+    def plan(self) -> MeasurePlan:
+        """The arms' measurement plan (arms.measure.MeasurePlan)."""
+        return MeasurePlan(depths=tuple(self.depths), runs=self.runs, warm_tokens=self.warm_tokens,
+                           max_tokens=self.max_tokens, run_timeout_s=self.run_timeout_s,
+                           idle_timeout_s=self.idle_timeout_s, max_invalid_per_depth=self.max_invalid_per_depth)
 
-class Sweep(_Model):
-    """The concurrency sweep (arms/sweep.py; seeds 000/001): goodput at the SLO per arm."""
-    levels: list[PosInt] = Field(default=[1, 2, 4, 8, 16, 32, 64], min_length=1)
-    duration_s: PosFloat = 20.0
-    output_tokens: Annotated[int, Field(ge=2)] = 200
-    slo_ttft_s: PosFloat = 1.0
-    slo_tpot_s: PosFloat = 0.050
-    prompt_tokens: PosInt = 166
-    request_timeout_s: PosFloat = 120.0
-    idle_timeout_s: PosFloat = 60.0
-    max_requests_per_level: PosInt = 5000
-    knee_tolerance: Fraction = 0.05
+    def sweep_plan(self, objective_kind: str) -> SweepPlan | None:
+        """The concurrency sweep every measured arm runs: ``sweep`` (true or its settings), and
+        always when the objective is goodput_at_slo; else None."""
+        if self.sweep in (None, False) and objective_kind != "goodput_at_slo":
+            return None
+        return (self.sweep if isinstance(self.sweep, Sweep) else Sweep()).plan()
 
 
 class Concurrency(_Model):
@@ -104,9 +128,9 @@ class Budget(_Model):
     max_arms: PosInt | None = None
 
 
-class Noise(_Model):
+class Noise(_Model):          # how sure a move must be: the one place of the search's defaults
     recheck_every: PosInt = 6
-    min_effect: Fraction = 0.02
+    min_effect: Fraction = MIN_EFFECT
     confirm: bool = True
     prune_below: Fraction = 0.30
     error_rate: float = Field(ERROR_RATE, gt=0, lt=0.5, description="the chance a night promotes anything that is not "
@@ -155,6 +179,37 @@ class CampaignModel(_Model):
 
 def json_schema() -> dict:
     return CampaignModel.model_json_schema()
+
+
+class Journaled:
+    """A journaled campaign (campaign_start's ``campaign``) read back through the same models, for
+    the readers of a folder (status, report, promote). Each section on its own: a section an older
+    tuner accepted and this one refuses reads as its defaults, never as an error of the morning."""
+
+    def __init__(self, raw: dict | None):
+        self.raw = dict(raw or {})
+        self.noise: Noise = self._section(Noise, "noise")
+        self.measure: Measure = self._section(Measure, "measure")
+        self.budget: Budget = self._section(Budget, "budget")
+        self.boot: Boot = self._section(Boot, "boot")
+
+    def _section(self, model, key: str):
+        try:
+            return model.model_validate(self.raw.get(key) or {}, strict=False)
+        except ValidationError:
+            return model()
+
+    @property
+    def name(self) -> str | None:
+        return self.raw.get("name")
+
+    @property
+    def engine(self) -> str:
+        return str(self.raw.get("engine") or CampaignModel.model_fields["engine"].default)
+
+    @property
+    def objective(self) -> str:
+        return str(self.raw.get("objective") or CampaignModel.model_fields["objective"].default)
 
 
 # -- errors --------------------------------------------------------------------------------
@@ -336,6 +391,13 @@ class Report:
 
 def validate(path: str | os.PathLike) -> tuple[dict, list[str]]:
     """The raw campaign mapping and its warnings; CampaignInvalid with every error otherwise."""
+    raw, _, warnings = validated(path)
+    return raw, warnings
+
+
+def validated(path: str | os.PathLike) -> tuple[dict, CampaignModel, list[str]]:
+    """The raw mapping (journaled as written), the typed config and the warnings; CampaignInvalid
+    with every error otherwise."""
     p = Path(path)
     raw, lines = read_yaml(p)
     rep = Report(p, lines)
@@ -358,7 +420,7 @@ def validate(path: str | os.PathLike) -> tuple[dict, list[str]]:
         for w in rep.warnings:
             log.warning("%s", w)
         raise CampaignInvalid(sorted(rep.errors, key=_line_no))
-    return raw, rep.warnings
+    return raw, model, rep.warnings
 
 
 def _line_no(error: str) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from arms.errors import ConfigError
 
 from arms.verdict import Verdict
-from tuner.night.compare import runs_by_depth
+from tuner.night.compare import MIN_EFFECT, runs_by_depth
 
 OBJECTIVES = ("decode_geomean", "decode@DEPTH", "goodput_at_slo")
 
@@ -194,7 +194,7 @@ VIOLATION_TIE = 0.05   # among shapes that miss the constraints, closer by less 
                        # objective decides (a 262k window 1.5 % closer to the contract is not worth -8 % decode)
 
 
-def judge(arm: Score, incumbent: Score, band: NoiseBand, min_effect: float = 0.02) -> Judgement:
+def judge(arm: Score, incumbent: Score, band: NoiseBand, min_effect: float = MIN_EFFECT) -> Judgement:
     threshold = max(band.relative, min_effect)
     if arm.feasible != incumbent.feasible:
         v = "better" if arm.feasible else "worse"

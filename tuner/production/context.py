@@ -27,6 +27,7 @@ from arms.verdict import Verdict, untrusted
 from arms import values
 from tuner.production import envfile, units
 from tuner.night.guard import Production
+from tuner.night.schema import Journaled
 from tuner.night.journal import Journal
 from tuner.night.state import State, replay
 
@@ -90,7 +91,6 @@ def campaign_file(folder: Path, start: dict) -> Path:
 def load_context(folder: str | os.PathLike, writer: bool = True) -> Context:
     """The campaign folder read for a promotion; ``writer=False`` (a dry run) only reads, the
     writer opens the journal to append (under the folder's lock, tuner/production/promote.py)."""
-    from tuner.night.campaign import _measure
     from tuner.night.readback import read_journal
 
     folder = Path(folder)
@@ -119,11 +119,11 @@ def load_context(folder: str | os.PathLike, writer: bool = True) -> Context:
         raise ConfigError(f"{where}: key 'production.promote_as': say how production runs: quadlet (a podman "
                           ">= 4.4 .container file), unit (a plain systemd unit running podman run) or env-file")
     baseline = Shape.from_dict(start["baseline"])
-    profile = load_profile(prod.profile or raw.get("engine", "vllm-expert-offload"), raw.get("profile") or None)
-    noise = raw.get("noise") or {}
+    camp = Journaled(raw)
+    profile = load_profile(prod.profile or camp.engine, raw.get("profile") or None)
     return Context(folder=folder, journal=journal, state=replay(journal.records, baseline), baseline=baseline,
-                   name=str(raw.get("name", folder.name)), base_dir=file.parent, production=prod, profile=profile,
-                   plan=_measure(file, raw), min_effect=float(noise.get("min_effect", 0.02)), secrets=secrets)
+                   name=str(camp.name or folder.name), base_dir=file.parent, production=prod, profile=profile,
+                   plan=camp.measure.plan(), min_effect=float(camp.noise.min_effect), secrets=secrets)
 
 
 def choose(st: State, arm: int | None, force: bool) -> Choice:
