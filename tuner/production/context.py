@@ -48,6 +48,7 @@ class Context:
     plan: MeasurePlan
     min_effect: float
     secrets: dict            # secret env values of the campaign file's baseline (the journal redacts them)
+    simulated: bool = False  # campaign_start says the night ran on a simulated host (promote refuses it)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,8 @@ def load_context(folder: str | os.PathLike, writer: bool = True) -> Context:
     noise = raw.get("noise") or {}
     return Context(folder=folder, journal=journal, state=replay(journal.records, baseline), baseline=baseline,
                    name=str(raw.get("name", folder.name)), base_dir=file.parent, production=prod, profile=profile,
-                   plan=_measure(file, raw), min_effect=float(noise.get("min_effect", 0.02)), secrets=secrets)
+                   plan=_measure(file, raw), min_effect=float(noise.get("min_effect", 0.02)), secrets=secrets,
+                   simulated=start.get("simulated") is True)
 
 
 def choose(st: State, arm: int | None, force: bool) -> Choice:
