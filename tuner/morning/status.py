@@ -142,7 +142,7 @@ def status_data(folder: Path) -> dict:
         "incumbent_changes": incumbent_changes(st),
         "started": start.get("t"), "deadline": deadline,
         "max_arms": (camp.get("budget") or {}).get("max_arms"),
-        "ended": ended.get("reason"), "verdict": ended.get("verdict"),
+        "ended": ended.get("reason"), "verdict": ended.get("verdict"), "no_result": ended.get("no_result"),
         "counts": _counts(arms),
     }
 
@@ -172,7 +172,7 @@ def summary_line(d: dict) -> str:
     gain = "" if d["gain"] is None else f" ({d['gain']:+.1%} vs baseline)"
     obj = "n/a" if d["incumbent_objective"] is None else f"{d['incumbent_objective']:.2f}"
     what = {"running": f"running arm {d['running_arm']}" if d["running_arm"] is not None else "running",
-            "ended": "ended", "interrupted": f"interrupted in arm {d['interrupted_arm']}",
+            "ended": "ended, no result" if d.get("no_result") else "ended", "interrupted": f"interrupted in arm {d['interrupted_arm']}",
             "stopped": "stopped"}[d["state"]]
     budget = f"/{d['max_arms']}" if d.get("max_arms") else ""
     dl = f"; deadline {_clock(d['deadline'])}" if d["deadline"] and d["state"] == "running" else ""
