@@ -119,6 +119,8 @@ class SimHost:
     ``clock_start``: the virtual clock's first reading; ``env``: the image's environment,
     under each container's own; ``workdir``: where containers' writable layers live."""
 
+    simulated = True        # journaled in campaign_start: a simulated night is never promoted unasked
+
     def __init__(self, images: dict[str, str] | None = None, landscape: str | None = None,
                  clock_start: float = 0.0, env: dict | None = None, workdir: str | None = None,
                  noise_seed: int = 0, stream_interval: int = STREAM_INTERVAL):
@@ -146,6 +148,11 @@ class SimHost:
     def wall(self) -> float:
         """The simulated wall clock (EPOCH at t = 0): a simulated night's journal times."""
         return EPOCH.timestamp() + self._now
+
+    def continue_clock(self, wall: float) -> float:
+        """Move the virtual clock on to the simulated wall time ``wall`` (a journal's last time),
+        never back: a resumed simulated night continues where its journal stopped."""
+        return self.advance(wall - self.wall())
 
     def probes(self, cid: str, interval_s: float = 2.0):
         """Simulated probes: the container's simulated state on the virtual clock; the machine

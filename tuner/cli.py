@@ -1,7 +1,8 @@
 """`tuner` command line: thin over the library; every TunerError becomes one stderr line.
 
 Exit codes: 0 success, 1 the thing ran and failed (a boot that did not come up), 2 bad input
-(nothing was started).
+(nothing was started), 4 `tuner run`: the night ran and learned nothing ("no result": its
+starting shape never yielded the objective; tuner/night/ending.py).
 """
 from __future__ import annotations
 
@@ -264,7 +265,7 @@ def cmd_promote(ns) -> int:
     from tuner.production.promote import promote
 
     res = promote(folder_of(ns.campaign), ns.arm, dry_run=ns.dry_run, force=ns.force, margin_s=ns.margin_s,
-                  write_only=ns.write_only,
+                  write_only=ns.write_only, allow_simulated=ns.allow_simulated,
                   **({"out": lambda _line: None} if ns.json else {}))
     if ns.json:
         from dataclasses import asdict
@@ -383,6 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(a machine without systemd, or to apply it yourself)")
     s.add_argument("--margin-s", type=float, default=None,
                    help="seconds of health wait beyond the arm's measured boot (default max(60, boot/2))")
+    s.add_argument("--allow-simulated", action="store_true",
+                   help="promote a night run with --simulated (refused without it; promoted with a warning)")
     s.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     s.set_defaults(fn=cmd_promote)
 

@@ -31,6 +31,9 @@ def headline(b, df: pd.DataFrame, series: list[dict]) -> Section:
     t1 = b.records[-1].get("t") or t0
     counts = Counter(v.split(":")[0] for v in fin["verdict"])
     ended = (st.ended or {}).get("reason")
+    nr = (st.ended or {}).get("no_result")          # the night learned nothing (tuner/night/ending.py): say it first
+    if isinstance(nr, dict) and nr.get("cause"):
+        s.add("p", f"**No result:** {nr['cause']}." + (f" Evidence: `{nr['evidence']}`" if nr.get("evidence") else ""))
     s.add("p", f"Campaign **{b.name}**: {len(df):,} arms ({len(fin):,} finished) from {_when(t0)} to {_when(t1)} "
                f"— **{_span(t1 - t0)}** of wall time. Objective `{b.objective}`. "
                + (f"Ended: {ended}." if ended else "The campaign has not ended (still running, or stopped by a crash)."))

@@ -49,6 +49,7 @@ class Context:
     plan: MeasurePlan
     min_effect: float
     secrets: dict            # secret env values of the campaign file's baseline (the journal redacts them)
+    simulated: bool = False  # campaign_start says the night ran on a simulated host (promote refuses it)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,8 @@ def load_context(folder: str | os.PathLike, writer: bool = True) -> Context:
     profile = load_profile(prod.profile or camp.engine, raw.get("profile") or None)
     return Context(folder=folder, journal=journal, state=replay(journal.records, baseline), baseline=baseline,
                    name=str(camp.name or folder.name), base_dir=file.parent, production=prod, profile=profile,
-                   plan=camp.measure.plan(), min_effect=float(camp.noise.min_effect), secrets=secrets)
+                   plan=camp.measure.plan(), min_effect=float(camp.noise.min_effect), secrets=secrets,
+                   simulated=start.get("simulated") is True)
 
 
 def choose(st: State, arm: int | None, force: bool) -> Choice:
