@@ -21,22 +21,17 @@ flags keep their one dash: ``-ngl``, ``-ctk``, ``-ub``).
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from arms.errors import ConfigError
+from arms.secrets import REDACTED, is_secret, looks_secret    # the one rule: names and values
 from arms.shape import Shape, format_value
 
 __all__ = ["REDACTED", "STYLES", "is_secret", "parse_argv", "redact_argv", "redact_env", "render_argv", "render_env"]
 
 STYLES = ("vllm", "llamacpp")
 
-# A secret-looking name: TOKEN, KEY, SECRET, PASSWORD, PASSWD as a word ending (HF_TOKEN,
-# API_KEY, --hf-token, NGROK_AUTHTOKEN) but not running on into more letters, so that the
-# tuned R4D_LRU_UVA_TOKENS, TOKENIZERS_PARALLELISM and --max-num-batched-tokens stay readable.
-_SECRET = re.compile(r"(HF_TOKEN|TOKEN|KEY|SECRET|PASSWORD|PASSWD)(?![A-Za-z])", re.IGNORECASE)
-REDACTED = "***"
 
 
 def _flag(name: str) -> str:
@@ -87,18 +82,14 @@ def render_env(shape: Shape) -> dict[str, str]:
     return dict(shape.env)
 
 
-def is_secret(name: str) -> bool:
-    return _SECRET.search(name) is not None
-
-
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy of env with the values of secret-looking names replaced by ***."""
-    return {k: (REDACTED if is_secret(k) else v) for k, v in env.items()}
+    """A copy of env with secret values (by their name or by their look) replaced by ***."""
+    return {k: (REDACTED if is_secret(k) or looks_secret(v) else v) for k, v in env.items()}
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
     """A copy of argv with the value after a secret-looking flag (--hf-token X,
-    --api-key=X) replaced by ***."""
+    --api-key=X), and any secret-looking value, replaced by ***."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
@@ -112,5 +103,9 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
                 arg = arg.split("=", 1)[0] + "=" + REDACTED
             else:
                 hide_next = True
+        elif arg.startswith("-") and "=" in arg and looks_secret(arg.split("=", 1)[1]):
+            arg = arg.split("=", 1)[0] + "=" + REDACTED
+        elif looks_secret(arg):
+            arg = REDACTED
         out.append(arg)
     return out

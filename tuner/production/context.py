@@ -21,6 +21,7 @@ from arms.measure import MeasurePlan, measure_engine
 from arms.profiles import EngineProfile, load_profile
 from arms.prompts import api_from_profile
 from arms.readiness import ReadinessProbe, probe_once
+from arms.secrets import looks_secret
 from arms.shape import Shape
 from arms.verdict import Verdict, untrusted
 
@@ -109,7 +110,7 @@ def load_context(folder: str | os.PathLike, writer: bool = True) -> Context:
             current = yaml.safe_load(file.read_text())
             if current.get("name") == raw.get("name"):
                 env = (current.get("baseline") or {}).get("env") or {}
-                secrets = {str(k): str(v) for k, v in env.items() if is_secret(str(k))}
+                secrets = {str(k): str(v) for k, v in env.items() if is_secret(str(k)) or looks_secret(str(v))}
                 if current.get("production"):
                     prod_raw, where = current["production"], str(file)
     prod = Production.from_mapping(prod_raw, where)
@@ -212,7 +213,7 @@ def unredact(shape: Shape, ctx: Context, target: Target, existing: str | None) -
     """The journal keeps secret env values as ***: take them back from the production file
     (what runs now), else the campaign file's baseline env; refuse, naming them, if neither has them."""
     mapping = envfile.mapping_of(ctx.production.mapping) if target.form == "env-file" else {}
-    hidden = [k for k, v in shape.env if is_secret(k) and v == REDACTED
+    hidden = [k for k, v in shape.env if v == REDACTED            # sealed by its name or by its look
               and (target.form != "env-file" or f"env.{k}" in mapping)]
     if not hidden:
         return shape

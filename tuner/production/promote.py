@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from arms.argv import is_secret
+from arms.argv import REDACTED, is_secret
 from arms.errors import ConfigError, HostError
 from host.systemd import SystemdHost, WriteOnlyHost
 
@@ -216,7 +216,7 @@ def _promote(ctx, host, target, choice, existing, new, changes, diff, margin_s, 
     if existing is not None:
         backup = target.path.with_name(f"{target.path.name}{BACKUP_TAG}{pid:03d}-{time.strftime('%Y%m%d-%H%M%S')}")
         shutil.copy2(target.path, backup)
-    secret = any(is_secret(k) for k, _ in choice.shape.env)
+    secret = any(is_secret(k) or v == REDACTED for k, v in choice.shape.env)     # sealed by name or by look
     mode = target.path.stat().st_mode & 0o777 if existing is not None else (0o600 if secret else 0o644)
     started = j.append("promotion", id=pid, action="started", arm=choice.n, form=target.form, unit=unit,
                        target=str(target.path), backup=str(backup) if backup else None, existed=existing is not None,
