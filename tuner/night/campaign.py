@@ -17,6 +17,8 @@ from typing import Any
 from arms.boot import BootLimits
 from arms.errors import ConfigError
 from arms.shape import COMPILE_CACHE_TARGET, Lever, Mount, Shape
+from tuner.night.campaign_file import key_text
+from tuner.night.precheck import host_path_errors, lever_problem
 from tuner.night.schema import CampaignInvalid, lines_of, validate
 
 log = logging.getLogger("tuner.campaign")
@@ -172,13 +174,14 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
         log.warning("%s", w)
     errors: list[str] = []
 
-    def part(key: str, build):
+    def part(key: str | tuple, build):
         try:
             return build()
         except ConfigError as e:
-            line, _ = lines_of(p).line(tuple(key.split(".")))
+            loc = key if isinstance(key, tuple) else tuple(key.split("."))
+            line, _ = lines_of(p).line(loc)
             why = re.sub(rf"^{re.escape(str(p))}: (key '[^']*': )?", "", str(e))
-            errors.append(f"{p}:{line}: {key}: {why}")
+            errors.append(f"{p}:{line}: {key_text(loc)}: {why}")
             return None
 
     name = raw["name"]
@@ -187,12 +190,17 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     levers: dict[str, Lever] = {}
     keys: dict[str, str] = {}              # lever name -> its key in the file
     for lname, spec in (raw.get("levers") or {}).items():
-        lever = part(f"levers.{lname}", lambda: Lever.from_spec(str(lname), spec))
+        lever = part(("levers", str(lname)), lambda: Lever.from_spec(str(lname), spec))
         if lever is not None:
             levers[lever.name] = lever
-            keys[lever.name] = f"levers.{lname}"
+            keys[lever.name] = ("levers", str(lname))
     if baseline is not None:               # llama.cpp: one lever name and value per flag and argv
         baseline, levers = _canonical_flags(p, engine, raw.get("profile"), baseline, levers, keys, part)
+        style = _style(engine, raw.get("profile"))
+        for lname, lever in list(levers.items()):
+            why = lever_problem(baseline, lever, style)
+            if why:
+                part(keys.get(lname, ("levers", lname)), lambda: _raise(why))
     boot = BootPlan(**{k: float(v) for k, v in (raw.get("boot") or {}).items()})
     folder = Path(_resolve_path(p.parent, str(raw.get("journal", "journal")))) / name
     measure = part("measure", lambda: _measure(p, raw))
@@ -210,7 +218,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
 
 
 def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers: dict[str, Lever],
-                     keys: dict[str, str], part):
+                     keys: dict[str, tuple], part):
     """llama.cpp: one lever name per flag (``ngl``, ``-ngl`` and ``gpu-layers`` are
     ``n-gpu-layers``) and one value per argv (``flash-attn: "on"`` and ``on`` are one shape), from
     the profile's flag table (arms.spellings); each error goes to ``part`` under its key."""
@@ -226,6 +234,21 @@ def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers
         elif canon is not None:
             out[canon.name] = canon
     return baseline, out
+
+
+def _raise(why: str):
+    raise ConfigError(why)
+
+
+def _style(engine: str, overrides) -> str:
+    """How the engine's argv is written (arms.argv): llamacpp or vllm."""
+    from arms.profiles import load_profile
+
+    try:
+        family = load_profile(engine, overrides if isinstance(overrides, dict) else None).family
+    except ConfigError:
+        return "vllm"
+    return "llamacpp" if family == "llamacpp" else "vllm"
 
 
 def _again(path: Path, lever: str):
@@ -336,11 +359,28 @@ def _measure(path: Path, raw: dict):
         raise _err(path, "measure", str(e)) from None
 
 
-def check_paths(shape: Shape) -> None:
-    """Mount sources and device paths must exist before any container starts."""
+def check_host(camp: Campaign, shape: Shape, family: str | None = None) -> None:
+    """Every path the shape needs on this host (mount sources, devices, a writable compile cache,
+    llama.cpp's model file), all errors at once, each at its own line of the campaign file."""
+    if family is None:
+        family = "llamacpp" if _style(camp.engine, camp.profile_overrides) == "llamacpp" else "vllm"
+    errors = host_path_errors(camp.path, camp.raw, shape, family, lines_of(camp.path))
+    if errors:
+        raise CampaignInvalid(errors)
+
+
+def check_paths(shape: Shape, camp: Campaign | None = None) -> None:
+    """Mount sources and device paths must exist before any container starts; the compile cache
+    is created. With ``camp``, ``check_host`` first: each error at its line of the campaign file."""
+    if camp is not None:
+        check_host(camp, shape)
     for m in shape.mounts:
         if m.target == COMPILE_CACHE_TARGET and not m.read_only:
-            Path(m.source).mkdir(parents=True, exist_ok=True)    # the compile cache is ours to create
+            try:
+                Path(m.source).mkdir(parents=True, exist_ok=True)    # the compile cache is ours to create
+            except OSError as e:
+                raise ConfigError(f"compile cache {m.source}: cannot create it ({e.strerror or e}); "
+                                  "give a folder this user can write") from None
         elif not Path(m.source).exists():
             raise ConfigError(f"mount source {m.source} (-> {m.target}) does not exist on this host")
     for d in shape.devices:
