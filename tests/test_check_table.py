@@ -121,6 +121,11 @@ CASES = [
     ("llamacpp-model-missing", "name: table\nengine: llamacpp\nbaseline:\n  image: localhost/x:1\n"
                                "  model: /models/not-here.gguf  #!\n  args: {threads: 1}\nlevers:\n  threads: [1, 2]\n",
      "baseline.model", "model /models/not-here.gguf does not exist on this host"),
+    ("llamacpp-flag-word", "name: table\nengine: llamacpp\nbaseline:\n  image: localhost/x:1\n  model: /models/q.gguf\n"
+                           "  args:\n    threads: 1\n    fa: 'yes'  #!\nlevers:\n  threads: [1, 2]\n",
+     "baseline.args.fa", "-fa takes on, off, auto"),
+    ("llamacpp-lever-word", "name: table\nengine: llamacpp\nbaseline:\n  image: localhost/x:1\n  model: /models/q.gguf\n"
+                            "  args: {threads: 1}\nlevers:\n  fit: [on, maybe]  #!\n", "levers.fit", "-fit takes on, off"),
     # files a parser should not have to swallow
     ("alias-bomb", bomb(), "e", "aliases expand to more than 20,000 values"),
     ("nested-5000-deep", head(args="\n    max-num-seqs: 4\n    speculative-config: " + "[" * 5000 + "]" * 5000 + "  #!")
@@ -207,12 +212,29 @@ def test_a_valid_campaign_without_podman_is_not_bad_input(tmp_path):
 
 
 def test_run_refuses_a_path_before_the_night_starts(tmp_path):
+    (tmp_path / "a-file").write_text("")
     path = tmp_path / "run.yaml"
-    path.write_text(baseline_with("  compile_cache: /proc/tuner-cache\n") + f"journal: {tmp_path}/journal\n")
+    path.write_text(head() + LEVERS + f"journal: {tmp_path}/a-file/journal\n")
     r = tuner("run", str(path), "--simulated", "--quiet")
     assert r.returncode == 2, r.stderr
-    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and f"{path}:8: baseline.compile_cache: " in r.stderr
-    assert not (tmp_path / "journal").exists()           # no folder, no journal, no arm opened
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and f"{path}:10: journal: " in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "run.yaml"]    # no folder, no arm opened
+
+
+def test_a_night_checks_its_host_paths_at_their_lines(tmp_path):
+    """`tuner run` (tuner/daemon.py) calls check_paths(baseline, camp) before the first boot."""
+    from tuner.night.campaign import check_paths, load_campaign
+    from tuner.night.schema import CampaignInvalid
+
+    path = tmp_path / "c.yaml"
+    path.write_text(baseline_with("  compile_cache: /proc/tuner-cache  #!\n  mounts: [/no/such:/data]  #!\n"
+                                  "  devices: [/dev/no-such-gpu]  #!\n"))
+    camp = load_campaign(path)
+    with pytest.raises(CampaignInvalid) as e:
+        check_paths(camp.baseline, camp)
+    assert [int(x.split(":")[1]) for x in e.value.errors] == _marked(path.read_text())
+    assert [x.split(": ")[1] for x in e.value.errors] == ["baseline.compile_cache", "baseline.mounts.0",
+                                                          "baseline.devices.0"]
 
 
 # -- read-only file systems and a user who cannot write ---------------------------------------
@@ -263,16 +285,18 @@ def _nobody_can_run() -> bool:
 def test_folders_this_user_cannot_write(tmp_path):
     top = Path(tempfile.mkdtemp(prefix="tuner-nobody-"))       # pytest's own tmp folder is root's only
     try:
-        top.chmod(0o755)
+        top.chmod(0o777)                                        # nobody may write here, not in root-only
         (top / "root-only").mkdir(mode=0o755)                    # root's, not writable by nobody
-        path = top / "c.yaml"
-        path.write_text(baseline_with(f"  compile_cache: {top}/root-only/cache\n") + f"journal: {top}/root-only/j\n")
-        path.chmod(0o644)
-        r = tuner("check", str(path), user=65534)
-        assert r.returncode == 2, r.stderr
-        lines = r.stderr.strip().splitlines()
-        assert [ln.split(": ")[3] for ln in lines] == ["baseline.compile_cache", "journal"], r.stderr
-        assert all("is not writable by this user (nobody)" in ln for ln in lines), r.stderr
+        for key, extra, journal in (("baseline.compile_cache", f"  compile_cache: {top}/root-only/cache\n", top),
+                                    ("journal", "", f"{top}/root-only/j")):
+            path = top / "c.yaml"
+            path.write_text(baseline_with(extra) + f"journal: {journal}\n")
+            path.chmod(0o644)
+            r = tuner("check", str(path), user=65534)
+            assert r.returncode == 2, r.stderr
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].split(": ")[3] == key, r.stderr
+            assert "root-only is not writable by this user (nobody)" in lines[0], r.stderr
     finally:
         shutil.rmtree(top)
 

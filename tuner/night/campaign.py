@@ -195,7 +195,8 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
             levers[lever.name] = lever
             keys[lever.name] = ("levers", str(lname))
     if baseline is not None:               # llama.cpp: one lever name and value per flag and argv
-        baseline, levers = _canonical_flags(p, engine, raw.get("profile"), baseline, levers, keys, part)
+        baseline, levers = _canonical_flags(p, engine, raw.get("profile"), baseline, levers, keys, part,
+                                            raw.get("baseline"))
         style = _style(engine, raw.get("profile"))
         for lname, lever in list(levers.items()):
             why = lever_problem(baseline, lever, style)
@@ -218,7 +219,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
 
 
 def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers: dict[str, Lever],
-                     keys: dict[str, tuple], part):
+                     keys: dict[str, tuple], part, raw_baseline=None):
     """llama.cpp: one lever name per flag (``ngl``, ``-ngl`` and ``gpu-layers`` are
     ``n-gpu-layers``) and one value per argv (``flash-attn: "on"`` and ``on`` are one shape), from
     the profile's flag table (arms.spellings); each error goes to ``part`` under its key."""
@@ -226,14 +227,39 @@ def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers
     if table is None:
         return baseline, levers
     baseline = part("baseline", lambda: table.canonical_shape(baseline, f"{path}: key 'baseline'")) or baseline
+    base_args = (raw_baseline or {}).get("args") if isinstance(raw_baseline, dict) else None
+    for raw_name, value in (base_args.items() if isinstance(base_args, dict) else ()):
+        why = _word_problem(table, str(raw_name), dict(baseline.args).get(table.canonical(str(raw_name)), value))
+        if why:
+            part(("baseline", "args", str(raw_name)), lambda: _raise(why + "; every arm would fail bad-argument"))
     out: dict[str, Lever] = {}
     for name, lever in levers.items():
         canon = part(keys[name], lambda: table.canonical_lever(lever))
-        if canon is not None and canon.name in out:
+        why = next((w for w in (_word_problem(table, name, v) for v in (canon.values if canon else ())) if w), None)
+        if why:
+            part(keys[name], lambda: _raise(why + "; that arm would fail bad-argument"))
+        elif canon is not None and canon.name in out:
             part(keys[name], lambda: _again(path, canon.name))
         elif canon is not None:
             out[canon.name] = canon
     return baseline, out
+
+
+def _word_problem(table, name: str, value) -> str | None:
+    """A value a words flag (``-fa on|off|auto``) cannot read: the table's words and ``same``
+    texts are all it takes (after canonical_value, they are booleans or the ``same`` strings)."""
+    from arms.shape import ABSENT, format_value
+
+    hit = table.lookup(name)
+    if hit is None or not hit[0].words or value is ABSENT or isinstance(value, bool):
+        return None
+    spec = hit[0]
+    texts = [t for t, _ in spec.same if isinstance(t, str)]
+    words = [v for _, v in spec.same if isinstance(v, str)]
+    if isinstance(value, str) and value in words:
+        return None
+    allowed = list(dict.fromkeys([*spec.words, *words, *texts]))
+    return f"{spec.spell[0]} takes {', '.join(allowed)}, not {format_value(value)!r}"
 
 
 def _raise(why: str):

@@ -10,12 +10,13 @@
 - an image digest that is not ``@sha256:`` and 64 hex digits; env names that are no names
   (``A=B``, ``MY VAR``, ``""``); a mount that is not ``SOURCE:TARGET[:ro]``; a container option
   the tuner does not pass on; a baseline flag the engine profile does not list;
-- a journal or compile cache folder no file can be written to (``folder_problem``): under /proc
+- a journal folder no file can be written to (``folder_problem``): under /proc
   or /sys, under a regular file, on a read-only file system, not writable by this user, a name
   too long or holding a NUL byte.
 
-Mount sources, devices and a model file that must exist on the box are ``host_path_errors``:
-checked by ``tuner check`` and before a night's first boot, not when a folder is read back.
+Mount sources, devices, a compile cache this user can write and a model file that must exist on
+the box are ``host_path_errors``: checked by ``tuner check`` and before a night's first boot
+(``campaign.check_paths``), not when ``tuner status`` or ``report`` reads a folder back.
 """
 from __future__ import annotations
 
@@ -261,14 +262,9 @@ def _mounts(base: dict, rep) -> None:
     except ConfigError as e:
         rep.error(("baseline", "compile_cache"), str(e))
         return
-    if mount.target in targets:
+    if mount.target in targets:             # whether it can be written is host_path_errors' (not a reader's)
         rep.error(("baseline", "compile_cache"), f"target {mount.target} is also a mount (item "
                   f"{targets[mount.target] + 1}); mount each target once")
-    if not mount.read_only:
-        why = folder_problem(resolve(rep.path.parent, mount.source))
-        if why:
-            rep.error(("baseline", "compile_cache"), f"{mount.source!r} {why}; the compile cache is a folder the "
-                      "tuner creates and every arm writes: give one this user can write")
 
 
 def _options(base: dict, rep) -> None:
@@ -287,8 +283,7 @@ def _journal(raw: dict, rep) -> None:
     j = raw.get("journal", "journal")
     if not isinstance(j, str):
         return
-    name = raw.get("name") if isinstance(raw.get("name"), str) and "/" not in raw.get("name") else ""
-    why = folder_problem(resolve(rep.path.parent, j) / name)
+    why = folder_problem(resolve(rep.path.parent, j))
     if why:
         rep.error(("journal",), f"{j!r}: {why}; give a folder this user can write, e.g. journal: ./journal")
 
@@ -337,18 +332,19 @@ def host_path_errors(path: Path, raw: dict, shape, family: str, lines) -> list[s
         where[COMPILE_CACHE_TARGET] = ("baseline", "compile_cache")
     devices = base.get("devices") or []
     devices = [devices] if isinstance(devices, str) else list(devices)
-    out: list[str] = []
+    out: list[tuple[int, str]] = []
 
     def err(loc: tuple, why: str) -> None:
         line, _ = lines.line(loc)
-        out.append(f"{path}:{line}: {key_text(loc)}: {why}")
+        out.append((line, f"{path}:{line}: {key_text(loc)}: {why}"))
 
     for m in shape.mounts:
         loc = where.get(m.target, ("baseline", "mounts"))
         if m.target == COMPILE_CACHE_TARGET and not m.read_only:
             why = folder_problem(m.source)
             if why:
-                err(loc, f"{m.source} {why}; give a folder this user can write")
+                err(loc, f"{m.source!r} {why}; the compile cache is a folder the tuner creates and every arm "
+                         "writes: give one this user can write")
         elif not os.path.exists(m.source):
             if m.source == shape.model and m.target == shape.model:
                 continue                     # the model's own mount: said below, at baseline.model
@@ -365,4 +361,4 @@ def host_path_errors(path: Path, raw: dict, shape, family: str, lines) -> list[s
             model == m.target or model.startswith(m.target.rstrip("/") + "/") for m in shape.mounts):
         err(("baseline", "model"), f"model {model} does not exist on this host and no mount provides it; "
                                    "give the GGUF's host path (it is mounted read-only at the same path)")
-    return out
+    return [text for _, text in sorted(out, key=lambda e: e[0])]

@@ -4,7 +4,9 @@
 listing each error as ``FILE:LINE: KEY: what was expected, got what (the fix)``. It contacts no
 service: types and ranges come from the pydantic models below (strict: ``'false'`` is not a bool,
 ``2.7`` is not an integer), the meaning of each section from the same constructors the campaign
-uses (levers, the baseline shape, the objective), lever names from the engine profile's ``flags``.
+uses (levers, the baseline shape, the objective), lever names from the engine profile's ``flags``,
+and what would waste a night or break on a path from ``tuner.night.precheck``. The file is read
+by ``tuner.night.campaign_file`` (size, UTF-8, depth and alias limits before any YAML is built).
 ``json_schema()`` is the JSON Schema editors use (``tuner schema``; docs/campaign.schema.json).
 """
 from __future__ import annotations
