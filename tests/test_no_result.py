@@ -18,7 +18,7 @@ def test_a_night_whose_baseline_never_boots_stops_says_no_result_and_exits_4(tmp
     path = tmp_path / "examples" / "llamacpp-cpu.yaml"           # its journal: ../journal, as in the repo
     shutil.copy(REPO / "examples" / "llamacpp-cpu.yaml", path)
     r = tuner("run", path, "--simulated", "--quiet")
-    assert r.returncode == NO_RESULT_EXIT == 4, r.stderr[-2000:]
+    assert r.returncode == NO_RESULT_EXIT == 3, r.stderr[-2000:]
     first = r.stdout.splitlines()[0]
     assert first.startswith("no result: the starting shape did not boot (2 of 2 boots failed"), r.stdout
     assert "evidence: vllm: error: unrecognized arguments" in first          # the engine's own line
@@ -38,7 +38,7 @@ def test_a_night_whose_baseline_never_boots_stops_says_no_result_and_exits_4(tmp
     # run again: the same file would learn nothing again; nothing is written, same code
     data = (folder / "journal.jsonl").read_bytes()
     again = tuner("run", path, "--simulated", "--quiet")
-    assert again.returncode == 4 and again.stdout.splitlines()[0] == first
+    assert again.returncode == 3 and again.stdout.splitlines()[0] == first
     assert (folder / "journal.jsonl").read_bytes() == data
 
 

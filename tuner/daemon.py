@@ -98,7 +98,7 @@ def _run_locked(ns, camp) -> int:
     baseline = replace(camp.baseline, image=info.ref)
     baseline.validate_image()
     if not ns.simulated:
-        check_paths(baseline)
+        check_paths(baseline, camp)          # each missing mount or device at its line of the file
     camp = replace(camp, baseline=baseline)
     if not ns.simulated:
         from host.probes import gpu_holders

@@ -22,7 +22,9 @@ from typing import Any
 from arms.boot import BootLimits
 from arms.errors import ConfigError
 from arms.shape import COMPILE_CACHE_TARGET, Lever, Mount, Shape
+from tuner.night.campaign_file import key_text
 from tuner.night.compare import ERROR_RATE
+from tuner.night.precheck import host_path_errors, lever_problem
 from tuner.night.schema import CampaignInvalid, CampaignModel, Noise, lines_of, validated
 
 log = logging.getLogger("tuner.campaign")
@@ -180,27 +182,34 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
         log.warning("%s", w)
     errors: list[str] = []
 
-    def part(key: str, build):
+    def part(key: str | tuple, build):
         try:
             return build()
         except ConfigError as e:
-            line, _ = lines_of(p).line(tuple(key.split(".")))
+            loc = key if isinstance(key, tuple) else tuple(key.split("."))
+            line, _ = lines_of(p).line(loc)
             why = re.sub(rf"^{re.escape(str(p))}: (key '[^']*': )?", "", str(e))
-            errors.append(f"{p}:{line}: {key}: {why}")
+            errors.append(f"{p}:{line}: {key_text(loc)}: {why}")
             return None
 
     name = raw["name"]
     engine = raw.get("engine", "vllm-expert-offload")
     baseline = part("baseline", lambda: _baseline(p, raw.get("baseline")))
     levers: dict[str, Lever] = {}
-    keys: dict[str, str] = {}              # lever name -> its key in the file
+    keys: dict[str, tuple] = {}            # lever name -> its key in the file
     for lname, spec in (raw.get("levers") or {}).items():
-        lever = part(f"levers.{lname}", lambda: Lever.from_spec(str(lname), spec))
+        lever = part(("levers", str(lname)), lambda: Lever.from_spec(str(lname), spec))
         if lever is not None:
             levers[lever.name] = lever
-            keys[lever.name] = f"levers.{lname}"
+            keys[lever.name] = ("levers", str(lname))
     if baseline is not None:               # llama.cpp: one lever name and value per flag and argv
-        baseline, levers = _canonical_flags(p, engine, raw.get("profile"), baseline, levers, keys, part)
+        baseline, levers = _canonical_flags(p, engine, raw.get("profile"), baseline, levers, keys, part,
+                                            raw.get("baseline"))
+        style = _style(engine, raw.get("profile"))
+        for lname, lever in list(levers.items()):
+            why = lever_problem(baseline, lever, style)
+            if why:
+                part(keys.get(lname, ("levers", lname)), lambda: _raise(why))
     folder = Path(_resolve_path(p.parent, model.journal)) / name
     measure = part("measure", lambda: model.measure.plan())
     search = part("budget", lambda: _search(p, raw, model))
@@ -216,7 +225,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
 
 
 def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers: dict[str, Lever],
-                     keys: dict[str, str], part):
+                     keys: dict[str, tuple], part, raw_baseline=None):
     """llama.cpp: one lever name per flag (``ngl``, ``-ngl`` and ``gpu-layers`` are
     ``n-gpu-layers``) and one value per argv (``flash-attn: "on"`` and ``on`` are one shape), from
     the profile's flag table (arms.spellings); each error goes to ``part`` under its key."""
@@ -224,14 +233,54 @@ def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers
     if table is None:
         return baseline, levers
     baseline = part("baseline", lambda: table.canonical_shape(baseline, f"{path}: key 'baseline'")) or baseline
+    base_args = (raw_baseline or {}).get("args") if isinstance(raw_baseline, dict) else None
+    for raw_name, value in (base_args.items() if isinstance(base_args, dict) else ()):
+        why = _word_problem(table, str(raw_name), dict(baseline.args).get(table.canonical(str(raw_name)), value))
+        if why:
+            part(("baseline", "args", str(raw_name)), lambda: _raise(why + "; every arm would fail bad-argument"))
     out: dict[str, Lever] = {}
     for name, lever in levers.items():
         canon = part(keys[name], lambda: table.canonical_lever(lever))
-        if canon is not None and canon.name in out:
+        why = next((w for w in (_word_problem(table, name, v) for v in (canon.values if canon else ())) if w), None)
+        if why:
+            part(keys[name], lambda: _raise(why + "; that arm would fail bad-argument"))
+        elif canon is not None and canon.name in out:
             part(keys[name], lambda: _again(path, canon.name))
         elif canon is not None:
             out[canon.name] = canon
     return baseline, out
+
+
+def _word_problem(table, name: str, value) -> str | None:
+    """A value a words flag (``-fa on|off|auto``) cannot read: the table's words and ``same``
+    texts are all it takes (after canonical_value, they are booleans or the ``same`` strings)."""
+    from arms.shape import ABSENT, format_value
+
+    hit = table.lookup(name)
+    if hit is None or not hit[0].words or value is ABSENT or isinstance(value, bool):
+        return None
+    spec = hit[0]
+    texts = [t for t, _ in spec.same if isinstance(t, str)]
+    words = [v for _, v in spec.same if isinstance(v, str)]
+    if isinstance(value, str) and value in words:
+        return None
+    allowed = list(dict.fromkeys([*spec.words, *words, *texts]))
+    return f"{spec.spell[0]} takes {', '.join(allowed)}, not {format_value(value)!r}"
+
+
+def _raise(why: str):
+    raise ConfigError(why)
+
+
+def _style(engine: str, overrides) -> str:
+    """How the engine's argv is written (arms.argv): llamacpp or vllm."""
+    from arms.profiles import load_profile
+
+    try:
+        family = load_profile(engine, overrides if isinstance(overrides, dict) else None).family
+    except ConfigError:
+        return "vllm"
+    return "llamacpp" if family == "llamacpp" else "vllm"
 
 
 def _again(path: Path, lever: str):
@@ -299,11 +348,28 @@ def _search(path: Path, raw: dict, model: CampaignModel) -> SearchPlan:
                       budget=budget, mode=model.search, error_rate=float(n.error_rate))
 
 
-def check_paths(shape: Shape) -> None:
-    """Mount sources and device paths must exist before any container starts."""
+def check_host(camp: Campaign, shape: Shape, family: str | None = None) -> None:
+    """Every path the shape needs on this host (mount sources, devices, a writable compile cache,
+    llama.cpp's model file), all errors at once, each at its own line of the campaign file."""
+    if family is None:
+        family = "llamacpp" if _style(camp.engine, camp.profile_overrides) == "llamacpp" else "vllm"
+    errors = host_path_errors(camp.path, camp.raw, shape, family, lines_of(camp.path))
+    if errors:
+        raise CampaignInvalid(errors)
+
+
+def check_paths(shape: Shape, camp: Campaign | None = None) -> None:
+    """Mount sources and device paths must exist before any container starts; the compile cache
+    is created. With ``camp``, ``check_host`` first: each error at its line of the campaign file."""
+    if camp is not None:
+        check_host(camp, shape)
     for m in shape.mounts:
         if m.target == COMPILE_CACHE_TARGET and not m.read_only:
-            Path(m.source).mkdir(parents=True, exist_ok=True)    # the compile cache is ours to create
+            try:
+                Path(m.source).mkdir(parents=True, exist_ok=True)    # the compile cache is ours to create
+            except OSError as e:
+                raise ConfigError(f"compile cache {m.source}: cannot create it ({e.strerror or e}); "
+                                  "give a folder this user can write") from None
         elif not Path(m.source).exists():
             raise ConfigError(f"mount source {m.source} (-> {m.target}) does not exist on this host")
     for d in shape.devices:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-NO_RESULT_EXIT = 4          # `tuner run`: the night ran and learned nothing (README, tuner/cli.py)
+NO_RESULT_EXIT = 3          # `tuner run`: the night ran and learned nothing (README, tuner/cli.py)
 START_KINDS = ("baseline", "recheck", "start")
 
 
