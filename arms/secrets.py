@@ -1,48 +1,174 @@
 """Secrets sealed at one gate: one rule for what is secret, one way to hide it.
 
-Secret is
-  * the value of an env var or a flag whose name says so — ``*token``, ``*key``, ``*secret``,
-    ``*password`` as a word ending (HF_TOKEN, API_KEY, --hf-token, --api-key), not running on into
-    more letters (R4D_LRU_UVA_TOKENS, --max-num-batched-tokens stay readable): ``arms.argv.is_secret``;
-  * any string value that looks like a token: a known prefix (hf_, sk-, ghp_, glpat-, xoxb-, AKIA,
-    a JWT's eyJ) followed by 16+ token characters, or 32+ characters of letters, digits, ``_-``
-    mixing upper case, lower case and digits (hex digests and paths are not tokens).
+A **name** is secret (``is_secret``) when one of its word parts — split on ``_ - .``, other
+punctuation and camelCase — is a secret word: token, key, secret(s), pass, passwd, password(s),
+passphrase, pwd, auth, oauth, authorization, credential(s), cookie(s), session, private; or ends
+in token / key / secret / password / passwd (NGROK_AUTHTOKEN, APIKEY, PGPASSWORD). So HF_TOKEN,
+API_KEY, DB_PASS, HF_AUTH, MYSQL_PWD, SESSION, --hf-token, --api-key are secret, and names whose
+parts only run on into more letters stay readable: R4D_LRU_UVA_TOKENS, --max-num-batched-tokens,
+TOKENIZERS_PARALLELISM, KEYBOARD_LAYOUT (a "keyboard", not a key), BYPASS_CACHE, VLLM_USE_V1,
+VLLM_ATTENTION_BACKEND, OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, MAX_JOBS, PYTORCH_CUDA_ALLOC_CONF.
+Two exceptions keep a secret's *attributes* readable, because a tuner's lever must be seen:
+  * the name's last part (after unit suffixes: _S, _MS, _MB, ...) is an attribute of the secret
+    rather than the secret — timeout, ttl, size, len, limit, count, max, min, mode, type, method,
+    backend, level, dir, path, file, url, host, port, name, user, enabled, ... (``_ATTRIBUTES``):
+    SESSION_TIMEOUT_S, MAX_KEY_SIZE, R4D_AUTH_MODE, HF_TOKEN_PATH, PASSWORD_FILE stay readable
+    (a file's path is not the secret; a URL's password is sealed by its value, below);
+  * a secret word after ``per`` is a unit: KV_BYTES_PER_TOKEN; a name that starts with
+    allow / enable / disable / no / use / require / skip is a switch: --allow-credentials, USE_AUTH.
+
+A **value** is secret (``looks_secret``; ``looks_like_token`` is the same) when it looks like a
+credential, whatever its name:
+  * a known token prefix and 8+ more token characters that are not a plain word (hf_, sk-, sk_,
+    ghp_/gho_/ghs_/ghu_/ghr_, github_pat_, glpat-, xoxa-/xoxb-/xoxp-/xoxr-/xoxs-, xapp-, npm_,
+    pypi-): hf_SECRETauth, not hf_transfer; an AWS key id (AKIA/ASIA + 16); a JWT (eyJ...);
+  * ``Bearer`` or ``Basic`` and a credential (sealed in place); a URL with ``user:password@`` (sealed in
+    place: ``https://user:***@host/``);
+  * a high-entropy string: 12+ characters of ``[A-Za-z0-9_-.+/=~]`` (no space, colon, quote,
+    brace, comma, @; not starting with ``/ . ~``) with one separator-free piece that is random
+    rather than made of words — 12+ characters mixing upper case, lower case and digits whose
+    word-like runs (Capitalised or lower-case words of 3+ letters, 3+ capitals or digits) cover
+    under 70 % of it, or 16+ characters of two classes covered under 60 %, or any 32+ run mixing
+    all three. Hex (digests, UUIDs), numbers, paths, ``sha256:...``, JSON (``{"method":"mtp",...}``),
+    model names (``Qwen/Qwen3-30B-A3B``, ``Llama3Instruct``) and ``expandable_segments:True`` are
+    not secrets.
 
 ``seal(obj)`` returns a copy of a JSON-like record with every secret replaced by ``***``: env
 mappings and pair lists, shape ``args`` pairs, argv lists (the value after a secret flag), a
-lever's ``change`` pair, and any token-looking string anywhere. ``Sealer`` also knows the real
+lever's ``change`` pair, and any secret-looking string anywhere. ``Sealer`` also knows the real
 secret values of one campaign and replaces them as literals in free text (logs, boot.log,
 measure.json) — so a secret the engine echoes back is hidden too.
 
 Identity is never computed from a sealed copy: ``Shape.key()`` of the real shape is journaled
-beside the sealed shape (``tuner.night.state`` compares keys).
+beside the sealed shape (``tuner.night.state`` compares keys). A lever whose values are sealed is
+still tuned: its study choices are ``"*** #i"`` (``arms.values.choices``).
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from arms.argv import REDACTED, is_secret
+__all__ = ["REDACTED", "SealFilter", "Sealer", "is_secret", "looks_like_token", "looks_secret", "name_words", "seal",
+           "seal_text", "secret_values"]
 
-__all__ = ["REDACTED", "SealFilter", "Sealer", "is_secret", "looks_like_token", "seal", "secret_values"]
+REDACTED = "***"
 
-_PREFIXED = re.compile(r"^(hf_|sk-|sk_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abprs]-|AKIA|eyJ)[A-Za-z0-9_\-.=]{16,}$")
-_GENERIC = re.compile(r"^[A-Za-z0-9_\-]{32,}$")
-_IN_TEXT = re.compile(r"(?<![A-Za-z0-9_\-])(?:hf_|sk-|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abprs]-)[A-Za-z0-9_\-]{16,}")
+# -- names ------------------------------------------------------------------------------------------
+_SECRET_WORDS = frozenset({
+    "token", "key", "secret", "secrets", "pass", "passwd", "password", "passwords", "passphrase", "pwd",
+    "auth", "oauth", "authorization", "credential", "credentials", "cookie", "cookies", "session", "private"})
+_SECRET_ENDINGS = ("token", "key", "secret", "password", "passwd")
+_ATTRIBUTES = frozenset({
+    "timeout", "ttl", "expiry", "expires", "lifetime", "interval", "retries", "size", "len", "length", "limit",
+    "count", "num", "max", "min", "mode", "type", "kind", "method", "backend", "format", "dtype", "level",
+    "policy", "strategy", "version", "dir", "path", "file", "url", "uri", "endpoint", "host", "port", "name",
+    "user", "username", "enable", "enabled", "disable", "disabled"})
+_SWITCHES = frozenset({"allow", "enable", "disable", "no", "use", "require", "skip"})
+_UNITS = frozenset({"s", "sec", "secs", "seconds", "ms", "us", "ns", "m", "mins", "minutes", "h", "hours",
+                    "b", "kb", "mb", "gb", "kib", "mib", "gib", "bytes"})
 
 
-def looks_like_token(value: Any) -> bool:
-    if not isinstance(value, str) or " " in value or "/" in value:
+def name_words(name: str) -> list[str]:
+    """The lower-case word parts of a name: HF_TOKEN, --hf-token, env.HF_TOKEN, hfToken -> [hf, token]."""
+    spaced = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", str(name))
+    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
+
+
+def _secret_word(w: str) -> bool:
+    return w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS)
+
+
+def is_secret(name: str) -> bool:
+    """Whether the value of an env var, flag or record key of this name is a secret (the module)."""
+    words = name_words(name)
+    if not any(_secret_word(w) and not (i and words[i - 1] == "per") for i, w in enumerate(words)):
         return False
-    if _PREFIXED.match(value):
+    if words[0] in _SWITCHES:                  # --allow-credentials, --no-cors-credentials, USE_AUTH: on/off
+        return False
+    while len(words) > 1 and words[-1] in _UNITS:
+        words = words[:-1]
+    return not (words[-1] in _ATTRIBUTES and not _secret_word(words[-1]))
+
+
+# -- values -----------------------------------------------------------------------------------------
+_PREFIXES = r"hf_|sk-|sk_|gh[pousr]_|github_pat_|glpat-|xox[abprs]-|xapp-|npm_|pypi-"
+_PREFIXED = re.compile(rf"^(?:{_PREFIXES})([A-Za-z0-9_\-.=]{{8,}})$")
+_AWS_ID = re.compile(r"^(?:AKIA|ASIA)[A-Z0-9]{16}$")
+_JWT = re.compile(r"^eyJ[A-Za-z0-9_\-]{8,}(?:\.[A-Za-z0-9_\-]*){0,2}$")
+_SCHEME = re.compile(r"^(?:Bearer|Basic)\s+(\S{8,})$", re.IGNORECASE)
+_URL_CREDS = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@]*):([^\s/@]+)@")
+_GENERIC = re.compile(r"^[A-Za-z0-9_\-.+/=~]{12,}$")
+_PIECES = re.compile(r"[_\-.+/=~]+")
+_HEX = re.compile(r"^(?:[0-9a-f]+|[0-9A-F]+)$")
+_WORDLIKE = re.compile(r"[A-Z]?[a-z]{3,}|[A-Z]{3,}(?![a-z])|\d{3,}")
+# in free text: the same prefixes, key ids, JWTs and schemes, wherever they stand
+_IN_TEXT = re.compile(rf"(?<![A-Za-z0-9_\-])(?:(?:{_PREFIXES})[A-Za-z0-9_\-]{{8,}}|(?:AKIA|ASIA)[A-Z0-9]{{16}}(?![A-Z0-9])"
+                      r"|eyJ[A-Za-z0-9_\-]{16,}(?:\.[A-Za-z0-9_\-]+){0,2})")
+_SCHEME_IN_TEXT = re.compile(r"\b((?i:bearer)|Basic)(\s+)([A-Za-z0-9._~+/=\-]{8,})")
+
+
+def _classes(s: str) -> int:
+    return any(c.isupper() for c in s) + any(c.islower() for c in s) + any(c.isdigit() for c in s)
+
+
+def _random_piece(p: str) -> bool:
+    """One separator-free run of 12+ characters that is random rather than made of words."""
+    if len(p) < 12 or _HEX.match(p):
+        return False
+    classes = _classes(p)
+    if classes < 2:
+        return False
+    if classes == 3 and len(p) >= 32:
         return True
-    return bool(_GENERIC.match(value)) and any(c.isupper() for c in value) and any(c.islower() for c in value) \
-        and any(c.isdigit() for c in value)
+    cover = sum(len(w) for w in _WORDLIKE.findall(p)) / len(p)
+    return cover < 0.7 if classes == 3 else (len(p) >= 16 and cover < 0.6)
 
 
+def _prefixed(rest: str) -> bool:
+    """The part after a known prefix: a credential when it mixes character classes or is one
+    16+ run; not a plain word or identifier (hf_transfer, hf_hub_download)."""
+    return _classes(rest) >= 2 or (len(rest) >= 16 and not re.search(r"[\-_.=]", rest))
+
+
+def looks_secret(value: Any) -> bool:
+    """Whether a value looks like a credential (the module), whatever its name."""
+    if not isinstance(value, str) or value == REDACTED:
+        return False
+    m = _PREFIXED.match(value)
+    if m and _prefixed(m[1]):
+        return True
+    scheme = _SCHEME.match(value)
+    if _AWS_ID.match(value) or _JWT.match(value) or (scheme and _classes(scheme[1]) >= 2):
+        return True
+    if any(m[2] != REDACTED for m in _URL_CREDS.finditer(value)):
+        return True
+    if not _GENERIC.match(value) or value.startswith(("/", ".", "~")):
+        return False
+    return any(_random_piece(p) for p in _PIECES.split(value))
+
+
+looks_like_token = looks_secret
+
+
+def seal_text(text: str) -> str:
+    """Free text with every credential-looking token in it replaced by ``***`` (prefixed tokens,
+    key ids, JWTs, ``Bearer X``, a URL's password)."""
+    text = _URL_CREDS.sub(lambda m: f"{m[1]}:{REDACTED}@", text)
+    text = _SCHEME_IN_TEXT.sub(lambda m: f"{m[1]}{m[2]}{REDACTED}" if _classes(m[3]) >= 2 else m[0], text)
+    return _IN_TEXT.sub(lambda m: REDACTED if looks_secret(m[0]) or m[0].startswith(("AKIA", "ASIA", "eyJ")) else m[0],
+                        text)
+
+
+def _seal_str(s: str) -> str:
+    s = seal_text(s)
+    return REDACTED if looks_secret(s) else s
+
+
+# -- records ----------------------------------------------------------------------------------------
 def _hide(v: Any) -> Any:
     return REDACTED if v not in (None, "", REDACTED) and not isinstance(v, bool) else v
 
@@ -91,7 +217,7 @@ def seal(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [seal(x) for x in obj]
     if isinstance(obj, str):
-        return REDACTED if looks_like_token(obj) else _IN_TEXT.sub(REDACTED, obj)
+        return _seal_str(obj)
     return obj
 
 
@@ -125,8 +251,12 @@ def secret_values(obj: Any, _secret: bool = False) -> set[str]:
             out |= secret_values(x, _secret or flag)
     elif isinstance(obj, (str, int, float)) and not isinstance(obj, bool):
         text = str(obj)
-        if (_secret and _literal_safe(text)) or looks_like_token(text):
+        if (_secret and _literal_safe(text)) or looks_secret(text):
             out.add(text)
+        out |= {m[2] for m in _URL_CREDS.finditer(text) if _literal_safe(m[2])}       # a URL's password
+        m = _SCHEME.match(text)
+        if m and _classes(m[1]) >= 2 and _literal_safe(m[1]):
+            out.add(m[1])                                                            # Bearer's credential
     return out
 
 
@@ -164,7 +294,7 @@ class Sealer:
 
     def text(self, s: str) -> str:
         s = self._re.sub(REDACTED, s) if self._re else s
-        return _IN_TEXT.sub(REDACTED, s)
+        return seal_text(s)
 
     def record(self, obj: Any) -> Any:
         sealed = seal(obj)
@@ -182,8 +312,6 @@ class Sealer:
         new = None
         if Path(path).suffix == ".json":            # a JSON file stays JSON: sealed as a record
             try:
-                import json
-
                 data = json.loads(text)
                 sealed = self.record(data)
                 new = text if sealed == data else json.dumps(sealed, indent=1)

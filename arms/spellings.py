@@ -205,24 +205,44 @@ class FlagTable:
         return spec.render(value)
 
     # -- parse -----------------------------------------------------------------------------
-    def parse(self, argv: Iterable[str]) -> tuple[str | None, list[tuple[str, Any]], int | None]:
-        """An argv (after the entrypoint) -> (model, [(canonical lever, value)], port)."""
+    def parse(self, argv: Iterable[str],
+              style: str = "llamacpp") -> tuple[str | None, list[tuple[str, Any]], int | None]:
+        """An argv (after the entrypoint) -> (model, [(canonical lever, value)], port): the one
+        reader of an engine's command line (``arms.argv.parse_argv`` is its door for a style).
+
+        llama.cpp style: every word belongs to a flag (the model to ``-m``); a flag given twice
+        keeps its last value, a ``repeat`` flag collects them. vLLM style (an empty table): the
+        model may stand first, ``--no-x`` alone is ``x: false``, every flag is kept in order,
+        repeats included. Any other style reads as vLLM's without those two."""
         toks = list(argv)
-        model: str | None = None
+        llama, vllm = style == "llamacpp", style == "vllm"
+        model: str | None = toks.pop(0) if vllm and toks and not _is_flag(toks[0]) else None
         port: int | None = None
-        args: dict[str, Any] = {}
+        args: list[tuple[str, Any]] = []
+        place: dict[str, int] = {}               # llama.cpp style: a flag's place in args
+
+        def put(name: str, value: Any, collect: bool = False) -> None:
+            if not llama or name not in place:
+                place.setdefault(name, len(args))
+                args.append((name, value))
+                return
+            prev = args[place[name]][1]
+            if collect:
+                value = (list(prev) if isinstance(prev, list) else [prev]) + [value]
+            args[place[name]] = (name, value)
+
         i = 0
         while i < len(toks):
             tok = toks[i]
             if not _is_flag(tok):
-                raise ConfigError(f"engine argument {tok!r} stands alone: every word after the "
-                                  "entrypoint belongs to a flag (the model goes after -m)")
+                raise ConfigError(f"engine argument {tok!r} stands alone: " + (
+                    "every word after the entrypoint belongs to a flag (the model goes after -m)" if llama else
+                    "only the model may be positional (first), every other word belongs to a --flag"))
             head, eq, inline = tok.partition("=")
             hit = self.lookup(head)
             i += 1
-            if hit is not None and eq == "" and not hit[0].takes_value or (hit is not None and not hit[1]):
-                spec, positive = hit
-                args[spec.lever] = positive
+            if hit is not None and (eq == "" and not hit[0].takes_value or not hit[1]):
+                put(hit[0].lever, hit[1])        # a switch, or a negative spelling
                 continue
             if eq:
                 text: str | None = inline
@@ -241,19 +261,18 @@ class FlagTable:
             if text is None:
                 if hit is not None and not hit[0].words:
                     raise ConfigError(f"engine flag {head} needs a value")
-                args[name] = True               # 2025 builds: -fa alone meant on
+                if vllm and name.startswith("no-") and len(name) > 3:
+                    put(name[3:], False)
+                else:
+                    put(name, True)              # 2025 llama.cpp builds: -fa alone meant on
                 continue
             spec = hit[0] if hit else None
             if spec is not None and spec.words and text in spec.words:
                 value: Any = text == spec.words[0]
             else:
                 value = typed(text)
-            if spec is not None and spec.repeat and name in args:
-                prev = args[name]
-                args[name] = (list(prev) if isinstance(prev, list) else [prev]) + [value]
-            else:
-                args[name] = value
-        return model, list(args.items()), port
+            put(name, value, collect=spec is not None and spec.repeat)
+        return model, args, port
 
     # -- shapes and levers: one value per argv ---------------------------------------------
     def canonical_shape(self, shape: Shape, where: str = "baseline") -> Shape:

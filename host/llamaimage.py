@@ -1,8 +1,8 @@
 """Build a llama.cpp ``llama-server`` container image locally, without any registry.
 
 The image is the cached binary (scripts/build-llama-server.sh; CPU build, ggml and llama linked
-statically) plus the shared libraries ``ldd`` names, ``FROM scratch``, built through podman-py
-against the podman API service like the simulated engine's image (host/simimage.py). It is
+statically) plus the shared libraries ``ldd`` names, ``FROM scratch``, built like every image
+the tuner builds (host/images.py, as the simulated engine's, host/simimage.py). It is
 tagged with a hash of its inputs (the binary's bytes and this recipe), so an unchanged binary is
 never rebuilt, and campaigns address it by digest. Building a new one (a changed binary, or this
 recipe) removes the older images built for the same repository (by their label), except one a
@@ -14,17 +14,12 @@ GGUF read-only (a baseline ``model:`` that exists on the host is bind-mounted at
 from __future__ import annotations
 
 import hashlib
-import logging
-import os
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from host.simimage import _copy, _ldd, _lookup
-
-log = logging.getLogger("tuner.host.llamaimage")
+from host.images import RECIPE, copy_into, copy_libraries, ensure_built, labelled, ldd, make_dirs, remove_unused
 
 REPO = "localhost/offload-tuner-llama-server"
 LABEL = "tuner.llama-input-hash"
@@ -61,6 +56,7 @@ def llama_server_binary() -> Path:
 
 def input_hash(binary: Path) -> str:
     h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(RECIPE)                           # the build every image shares
     with open(binary, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
@@ -68,14 +64,9 @@ def input_hash(binary: Path) -> str:
 
 
 def _build_rootfs(root: Path, binary: Path) -> None:
-    _copy(binary, root, "/usr/local/bin/llama-server")
-    for lib in sorted(set(_ldd(binary))):
-        _copy(lib, root)                       # the loader finds them at their host paths
-        if "ld-linux" in lib.name:
-            _copy(lib, root, "/lib64/" + lib.name)
-    for d in ("tmp", "root", "models"):
-        (root / d).mkdir(parents=True, exist_ok=True)
-    os.chmod(root / "tmp", 0o1777)
+    copy_into(binary, root, "/usr/local/bin/llama-server")
+    copy_libraries(ldd(binary), root)
+    make_dirs(root, ("tmp", "root", "models"))
 
 
 def ensure_image(client, binary: Path | None = None, rebuild: bool = False, repo: str = REPO) -> LlamaImage:
@@ -83,27 +74,12 @@ def ensure_image(client, binary: Path | None = None, rebuild: bool = False, repo
     build prunes the older builds of ``repo`` (``prune_superseded``)."""
     binary = Path(binary) if binary else llama_server_binary()
     h = input_hash(binary)
-    tag = f"{repo}:{h}"
-    img = None if rebuild else _lookup(client, tag)
-    built = False
-    if img is None:
-        with tempfile.TemporaryDirectory(prefix="llamaimage-") as tmp:
-            ctx = Path(tmp)
-            _build_rootfs(ctx / "rootfs", binary)
-            (ctx / "Containerfile").write_text(CONTAINERFILE.format(label=LABEL, h=h, repo_label=REPO_LABEL,
-                                                                    repo=repo))
-            log.info("building %s from %s", tag, binary)
-            client.images.build(path=str(ctx), dockerfile="Containerfile", tag=tag, rm=True, pull=False,
-                                labels={LABEL: h, REPO_LABEL: repo})
-        img = client.images.get(tag)
-        built = True
-    img.tag(repo, "latest")
-    digest = img.attrs.get("Digest")
-    if not digest:
-        raise RuntimeError(f"image {tag} has no digest; rebuild it")
-    pruned = prune_superseded(client, img, repo) if built else ()
-    return LlamaImage(ref=f"{repo}@{digest}", image_id=img.id, tag=tag, built=built,
-                      size_bytes=int(img.attrs.get("Size") or 0), binary=str(binary), pruned=pruned)
+    b = ensure_built(client, repo, h, lambda root: _build_rootfs(root, binary),
+                     CONTAINERFILE.format(label=LABEL, h=h, repo_label=REPO_LABEL, repo=repo),
+                     {LABEL: h, REPO_LABEL: repo}, rebuild=rebuild, prefix="llamaimage-", source=binary)
+    pruned = prune_superseded(client, b.image, repo) if b.built else ()
+    return LlamaImage(ref=b.ref, image_id=b.image.id, tag=b.tag, built=b.built, size_bytes=b.size_bytes,
+                      binary=str(binary), pruned=pruned)
 
 
 def _ours(img, repo: str) -> bool:
@@ -136,8 +112,6 @@ def prune_superseded(client, keep, repo: str = REPO) -> tuple[str, ...]:
     """Remove the llama-server images built for ``repo`` before ``keep`` (one per binary or
     recipe change, ~10 MB to ~100 MB each), never one a container (running or stopped) uses, nor
     a newer one (a concurrent build). Returns the tags (or short ids) removed."""
-    from host.images import labelled, remove_unused
-
     created = _created(keep)
     older = [img for img in labelled(client, LABEL)
              if img.id != keep.id and _ours(img, repo) and _created(img) <= created]

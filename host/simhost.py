@@ -119,6 +119,8 @@ class SimHost:
     ``clock_start``: the virtual clock's first reading; ``env``: the image's environment,
     under each container's own; ``workdir``: where containers' writable layers live."""
 
+    simulated = True        # journaled in campaign_start: a simulated night is never promoted unasked
+
     def __init__(self, images: dict[str, str] | None = None, landscape: str | None = None,
                  clock_start: float = 0.0, env: dict | None = None, workdir: str | None = None,
                  noise_seed: int = 0, stream_interval: int = STREAM_INTERVAL):
@@ -146,6 +148,11 @@ class SimHost:
     def wall(self) -> float:
         """The simulated wall clock (EPOCH at t = 0): a simulated night's journal times."""
         return EPOCH.timestamp() + self._now
+
+    def continue_clock(self, wall: float) -> float:
+        """Move the virtual clock on to the simulated wall time ``wall`` (a journal's last time),
+        never back: a resumed simulated night continues where its journal stopped."""
+        return self.advance(wall - self.wall())
 
     def probes(self, cid: str, interval_s: float = 2.0):
         """Simulated probes: the container's simulated state on the virtual clock; the machine
@@ -225,9 +232,10 @@ class SimHost:
     def _boot(self, ctr: _Ctr) -> None:
         """Run the engine's boot on a virtual clock from now; keep its lines and its end."""
         t = [self._now]
+        boot_no = next(self._boots)            # this host's boots so far: a fresh host is a box with a cold page cache
         env = {**IMAGE_ENV, "SIMENGINE_NOISE_SEED": str(int(hashlib.sha256(
-            f"{self.noise_seed}:{ctr.spec.name}:{next(self._boots)}".encode()).hexdigest()[:8], 16)),
-            "SIMENGINE_STREAM_INTERVAL": str(self.stream_interval),
+            f"{self.noise_seed}:{ctr.spec.name}:{boot_no}".encode()).hexdigest()[:8], 16)),
+            "SIMENGINE_STREAM_INTERVAL": str(self.stream_interval), "SIMENGINE_BOOT_INDEX": str(boot_no),
             **self.env, **dict(ctr.spec.env)}
         out = _Lines(self, ctr, lambda: t[0])
         argv = ["serve", *(ctr.spec.command or IMAGE_CMD)]

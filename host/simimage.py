@@ -2,25 +2,21 @@
 
 The image is a minimal root filesystem: the Python interpreter the tuner itself runs on
 (binary, the shared libraries `ldd` names, a pruned standard library), the pure-Python part of
-PyYAML (for landscape files) and the ``simengine`` package. It is built through podman-py
-(``FROM scratch`` + ``COPY``) against the podman API service, tagged with a hash of its
-inputs so an unchanged tree is never rebuilt, and addressed by digest everywhere after.
+PyYAML (for landscape files) and the ``simengine`` package. It is built like every image the
+tuner builds (host/images.py: ``FROM scratch`` + ``COPY`` through podman-py against the podman
+API service), tagged with a hash of its inputs so an unchanged tree is never rebuilt, and
+addressed by digest everywhere after.
 """
 from __future__ import annotations
 
 import hashlib
-import logging
-import os
 import re
-import shutil
-import subprocess
 import sys
 import sysconfig
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger("tuner.host.simimage")
+from host.images import RECIPE, copy_into, copy_libraries, ensure_built, labelled, ldd, make_dirs, remove_unused
 
 REPO = "localhost/offload-tuner-simengine"
 # Parts of the standard library an HTTP server written with the stdlib never imports.
@@ -42,22 +38,6 @@ class SimImage:
     pruned: tuple[str, ...] = ()   # tags of superseded builds removed after this one was built
 
 
-def _ldd(path: Path) -> list[Path]:
-    out = subprocess.run(["ldd", str(path)], capture_output=True, text=True).stdout
-    libs = []
-    for line in out.splitlines():
-        m = re.search(r"(?:=>\s*)?(/\S+)\s+\(0x", line)
-        if m:
-            libs.append(Path(m.group(1)))
-    return libs
-
-
-def _copy(src: Path, root: Path, dest: str | None = None) -> None:
-    target = root / (dest or str(src)).lstrip("/")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(src, target, follow_symlinks=True)
-
-
 def _package_dir(name: str) -> Path:
     mod = __import__(name)
     return Path(mod.__file__).parent
@@ -77,6 +57,7 @@ def input_files() -> list[tuple[str, Path]]:
 def input_hash() -> str:
     h = hashlib.sha256(sys.version.encode())
     h.update(Path(__file__).read_bytes())          # the recipe itself
+    h.update(RECIPE)                               # and the build every image shares
     for dest, src in input_files():
         h.update(dest.encode())
         h.update(src.read_bytes())
@@ -87,28 +68,23 @@ def _build_rootfs(root: Path) -> None:
     exe = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     dynload = stdlib / "lib-dynload"
-    _copy(exe, root, "/usr/local/bin/python3")
-    libs = set(_ldd(exe))
+    copy_into(exe, root, "/usr/local/bin/python3")
+    libs = set(ldd(exe))
     for so in sorted(dynload.glob("*.so")):
         if _DYNLOAD_SKIP.match(so.name):
             continue
-        _copy(so, root, f"/usr/local/lib/python3.11/lib-dynload/{so.name}")
-        libs.update(_ldd(so))
-    for lib in sorted(libs):
-        _copy(lib, root)                      # keeps the host path: the loader finds it there
-        if "ld-linux" in lib.name:
-            _copy(lib, root, "/lib64/" + lib.name)
+        copy_into(so, root, f"/usr/local/lib/python3.11/lib-dynload/{so.name}")
+        libs.update(ldd(so))
+    copy_libraries(libs, root)
     for p in sorted(stdlib.rglob("*")):
         rel = p.relative_to(stdlib)
         if rel.parts and (rel.parts[0] in _STDLIB_SKIP or rel.parts[0] == "lib-dynload"):
             continue
         if p.is_file() and (p.suffix == ".py" or (p.suffix == ".pyc" and ".opt-" not in p.name)):
-            _copy(p, root, f"/usr/local/lib/python3.11/{rel}")
+            copy_into(p, root, f"/usr/local/lib/python3.11/{rel}")
     for dest, src in input_files():
-        _copy(src, root, dest)
-    for d in ("tmp", "root", "models", "profiles"):
-        (root / d).mkdir(parents=True, exist_ok=True)
-    os.chmod(root / "tmp", 0o1777)
+        copy_into(src, root, dest)
+    make_dirs(root, ("tmp", "root", "models", "profiles"))
 
 
 CONTAINERFILE = """FROM scratch
@@ -120,48 +96,20 @@ CMD ["/models/sim"]
 """
 
 
-def _lookup(client, tag: str):
-    from podman.errors import ImageNotFound
-
-    try:
-        return client.images.get(tag)
-    except ImageNotFound:
-        return None
-
-
 def ensure_image(client, rebuild: bool = False) -> SimImage:
     """Return the simulated-engine image for this tree, building it if needed."""
     h = input_hash()
-    tag = f"{REPO}:{h}"
-    img = None if rebuild else _lookup(client, tag)
-    built = False
-    if img is None:
-        with tempfile.TemporaryDirectory(prefix="simimage-") as tmp:
-            ctx = Path(tmp)
-            _build_rootfs(ctx / "rootfs")
-            (ctx / "Containerfile").write_text(CONTAINERFILE.format(h=h))
-            log.info("building %s from %s", tag, ctx)
-            img, _logs = client.images.build(
-                path=str(ctx), dockerfile="Containerfile", tag=tag, rm=True, pull=False,
-                labels={"tuner.input-hash": h},
-            )
-        img = client.images.get(tag)
-        built = True
-    img.tag(REPO, "latest")        # campaign files may name the tag; `check` pins the digest
-    digest = img.attrs.get("Digest")
-    if not digest:
-        raise RuntimeError(f"image {tag} has no digest; rebuild it with `tuner image --rebuild`")
-    pruned = prune_superseded(client, keep_id=img.id) if built else ()
-    return SimImage(ref=f"{REPO}@{digest}", image_id=img.id, tag=tag, built=built,
-                    size_bytes=int(img.attrs.get("Size") or 0), pruned=pruned)
+    b = ensure_built(client, REPO, h, _build_rootfs, CONTAINERFILE.format(h=h), {"tuner.input-hash": h},
+                     rebuild=rebuild, prefix="simimage-", hint="rebuild it with `tuner image --rebuild`")
+    pruned = prune_superseded(client, keep_id=b.image.id) if b.built else ()
+    return SimImage(ref=b.ref, image_id=b.image.id, tag=b.tag, built=b.built, size_bytes=b.size_bytes,
+                    pruned=pruned)
 
 
 def prune_superseded(client, keep_id: str) -> tuple[str, ...]:
     """Remove the simulated-engine images other than ``keep_id`` (one per source change or
     forced rebuild, ~70 MB each) that no container uses; an image a container still holds, or
     another build of the same sources, is left alone. Returns the tags (or short ids) removed."""
-    from host.images import labelled, remove_unused
-
     mine = labelled(client, "tuner.input-hash")
     same = {(img.attrs.get("Labels") or {}).get("tuner.input-hash") for img in mine if img.id == keep_id}
     # another build of the same sources (a second tuner building at the same moment) is not superseded

@@ -54,6 +54,10 @@ class Behaviour:
     seed: int = 0                         # text: temperature-0 output is the same on every boot
     noise_seed: int = 0                   # decode noise: a new stream on every boot
     drift_per_h: float = 0.0              # landscape drift_per_hour: rate x exp(drift x hours since epoch)
+    drift_steps: tuple = ()               # landscape drift_step: ((seconds since epoch, factor), ...)
+    boot_factor: float = 1.0              # this boot's spread x its cold start (simengine.realbox)
+    warmup_requests: int = 0              # landscape warmup: the first N requests ramp from
+    warmup_factor: float = 1.0            # warmup_factor up to 1
     stream_interval: int = 1              # SIMENGINE_STREAM_INTERVAL, like vLLM's --stream-interval:
                                           # decode steps coalesce into one SSE chunk until it holds
                                           # this many tokens (the first token is always its own)

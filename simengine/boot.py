@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import planner
+from . import planner, realbox
 from .behaviour import Behaviour
 from .planner import BootFailure, Plan
 
@@ -49,6 +49,8 @@ class Boot:
         self.boot_costs = land.get("boot", {})
         self.rules = planner.matching_rules(land, values)
         self.port = ns.port
+        self.seed = self._noise_seed()          # this boot's noise stream: its requests' and its spread
+        self.terms = realbox.BootTerms()
 
     # -- helpers -------------------------------------------------------------------------
     def _wait(self, seconds: float) -> float:
@@ -179,7 +181,9 @@ class Boot:
         fail = planner.memory_failure(self.land, plan, self.values, "startup") or self._rule_fail("startup")
         if fail:
             return self._failed(fail)
-        t = self._wait(self.boot_costs.get("load_s", 240.0))
+        index = realbox.boot_index(self.env) if self.land.get("cold_start") else None
+        self.terms = realbox.boot_terms(self.land.data, self.seed, index)
+        t = self._wait(self.boot_costs.get("load_s", 240.0) * self.terms.load_factor)
         log(f"Model loading took {plan.non_expert_gib:.2f} GiB memory and {t:.6f} seconds",
             where="gpu_model_runner.py:5089")
         self._plan_lines(plan)
@@ -237,8 +241,8 @@ class Boot:
         return planner.build_behaviour(
             self.land, self.values, plan, model=ns.served_model_name or ns.model_tag, tp=ns.tensor_parallel_size,
             profiler_dir=profiler_dir, with_stack=with_stack, fault=self.env.get("SIMENGINE_FAULT") or None,
-            noise_sigma=self.noise, time_scale=self.ts, noise_seed=self._noise_seed(),
-            stream_interval=self._stream_interval())
+            noise_sigma=self.noise, time_scale=self.ts, noise_seed=self.seed,
+            stream_interval=self._stream_interval(), boot=self.terms)
 
     def _stream_interval(self) -> int:
         """SIMENGINE_STREAM_INTERVAL (default 1: one SSE chunk per decode step, as vLLM's

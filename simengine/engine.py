@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from . import prefixcache, textgen
+from . import prefixcache, realbox, textgen
 from . import tokenizer as tok
 from .behaviour import Behaviour
 from .wire import (
@@ -221,6 +221,7 @@ class EngineCore:
         ids, max_tokens, temperature = parse_completion(body, b.max_model_len)
         with self.lock:
             self.requests += 1
+            n_request = self.requests
             rng = random.Random(f"simengine:{b.noise_seed}:{self.requests}")
         n, finish, halt = max_tokens, "length", textgen.corrupt_halt_at(ids, b)
         if halt is not None and halt < n:
@@ -233,6 +234,9 @@ class EngineCore:
         rate *= math.exp(rng.gauss(0.0, b.noise_sigma))
         if b.drift_per_h:
             rate *= math.exp(b.drift_per_h * (self.clock() - self.epoch) / 3600.0)
+        if b.drift_steps:
+            rate *= realbox.step_factor(b.drift_steps, self.clock() - self.epoch)
+        rate *= b.boot_factor * realbox.warmup_factor(b.warmup_requests, b.warmup_factor, n_request)
         acceptance = b.acceptance
         if b.corrupt is not None:
             rate, acceptance = rate * b.corrupt.tok_s_factor, b.corrupt.acceptance

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import realbox
+
 DEFAULT_LANDSCAPE = Path(__file__).parent / "landscapes" / "seed-002.yaml"
 
 # Environment hooks the simulated fork reads (levers may be "env.NAME" for these).
@@ -27,7 +29,8 @@ ABSENT = "absent"
 
 TOP_KEYS = {
     "name": str, "description": str, "time_scale": (int, float), "decode_scale": (int, float),
-    "noise_sigma": (int, float), "drift_per_hour": (int, float), "seed": int, "hardware": dict, "memory": dict,
+    "noise_sigma": (int, float), "drift_per_hour": (int, float), "boot_sigma": (int, float), "warmup": dict,
+    "cold_start": dict, "drift_step": (dict, list), "seed": int, "hardware": dict, "memory": dict,
     "reference": dict, "decode": dict, "acceptance": dict, "prefill": dict, "effects": dict,
     "interactions": list, "rules": list, "boot": dict, "telemetry": dict,
     "ignored_flags": list, "numerics": dict, "concurrency": dict,
@@ -179,6 +182,8 @@ def _validate(land: Landscape, known_flags: set[str]) -> None:
             for sk in v:
                 if sk not in SECTION_KEYS[k]:
                     raise _err(land, f"{k}.{sk}", f"unknown key (known: {', '.join(sorted(SECTION_KEYS[k]))})")
+    for key, why in realbox.problems(d):
+        raise _err(land, key, why)
     for req in ("hardware", "memory", "reference", "decode"):
         if req not in d:
             raise _err(land, req, "missing required section")

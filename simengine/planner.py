@@ -16,6 +16,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from . import realbox
 from .behaviour import Behaviour, CorruptRule
 from .landscape import Landscape
 
@@ -306,7 +307,7 @@ def prefill(land: Landscape, values: dict) -> tuple[float, float]:
 def build_behaviour(land: Landscape, values: dict, plan: Plan, *, model: str, tp: int,
                     profiler_dir: str | None, with_stack: bool, fault: str | None,
                     noise_sigma: float, time_scale: float, noise_seed: int = 0,
-                    stream_interval: int = 1) -> Behaviour:
+                    stream_interval: int = 1, boot: realbox.BootTerms = realbox.BootTerms()) -> Behaviour:
     rules = matching_rules(land, values)
     corrupt = None
     for r in rules:               # a noisier shape: the widest matching rule's sigma replaces the default
@@ -333,7 +334,9 @@ def build_behaviour(land: Landscape, values: dict, plan: Plan, *, model: str, tp
         slab_bytes=int(round(plan.slab_mib * MIB)), resident_layers=plan.resident_layers,
         swap_layers=plan.swap_layers, expert_counters=counters, fault=fault,
         seed=int(land.get("seed", 0)), noise_seed=noise_seed, stream_interval=stream_interval,
-        drift_per_h=float(land.get("drift_per_hour", 0.0)),
+        drift_per_h=float(land.get("drift_per_hour", 0.0)), drift_steps=realbox.steps(land.data),
+        boot_factor=boot.rate_factor, warmup_requests=int((land.get("warmup") or {}).get("requests", 0)),
+        warmup_factor=float((land.get("warmup") or {}).get("factor", 1.0)),
     )
 
 

@@ -1,4 +1,11 @@
-"""A tiny random-weight GGUF model that llama.cpp's llama-server loads and serves.
+"""Random-weight GGUF models that llama.cpp's llama-server loads and serves: one writer.
+
+Two models, written by one GGUF writer (``_write``: the vocabulary, the header, the tensor
+layout) with two recipes for the random numbers (``_TinyWeights``, ``_MoeWeights``):
+
+* ``write_tiny_gguf``: the tests' tiny llama or qwen3moe (deep and narrow, ~1.5 MB);
+* ``write_moe_gguf`` / ``MoeSpec``: a qwen3moe big enough that memory bandwidth and threads
+  matter, for the llama.cpp campaign (scripts/make_moe_gguf.py caches one outside the repo).
 
 Written with gguf-py from a seeded numpy generator, so the same arguments give the same
 bytes. Vocab: a synthetic SentencePiece (SPM) one: <unk>, <s>, </s>, the 256 byte tokens
@@ -11,7 +18,9 @@ Shapes follow the reference notes (engine-interface.md section D); numpy shapes 
 """
 from __future__ import annotations
 
+import json
 import string
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,49 +51,52 @@ def _vocab() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write_tiny_gguf(path: str | Path, arch: str = "llama", *, n_layer: int | None = None,
-                    n_embd: int = 32, n_ff: int = 32, seed: int = 0) -> Path:
-    """Write the model to `path` and return it. `arch` is "llama" or "qwen3moe".
+# -- the layout and the writer -------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Layout:
+    arch: str                   # llama (dense) | qwen3moe
+    title: str
+    file_type: str              # f16 | q8_0 | q4_0
+    context: int
+    layers: int
+    embd: int
+    ff: int                     # the dense feed-forward length, or per expert
+    heads: int
+    head_dim: int
+    kv_heads: int
+    experts: int = 0
+    used: int = 0
 
-    Deep and narrow on purpose: llama.cpp's CPU cost per decode step is mostly a fixed ~17 us
-    per layer of graph work, so 96 thin layers (default for llama; ~1.5 MB in f16) take ~1.5 ms
-    a token on one thread, slow enough to time over HTTP; qwen3moe defaults to 32 layers."""
+
+def _write(path: Path, lay: _Layout, weights) -> Path:
+    """The GGUF of ``lay`` with ``weights``' numbers, written to ``path`` through a ``.part`` file.
+    ``weights`` draws in the order the tensors are written (its generator's state is the model)."""
     import gguf
 
-    if arch not in ("llama", "qwen3moe"):
-        raise ValueError(f"arch must be 'llama' or 'qwen3moe', not {arch!r}")
-    if n_layer is None:
-        n_layer = 96 if arch == "llama" else 32
-    path = Path(path)
-    rng = np.random.default_rng(seed)
-    head_dim = 32
-    n_head, n_head_kv = n_embd // head_dim, 1
-    n_expert, n_expert_used = 4, 2
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
     tokens, scores, types = _vocab()
-    n_vocab = len(tokens)
-
-    def rand(*shape: int) -> np.ndarray:  # matrices in f16 (norms stay f32): half the bytes
-        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float16)
-
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"offload-tuner tiny {arch}")
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    w.add_context_length(4096)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
+    n_vocab, e = len(tokens), lay.embd
+    w = gguf.GGUFWriter(str(tmp), lay.arch)
+    w.add_name(lay.title)
+    w.add_file_type({"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+                     "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[lay.file_type])
+    w.add_context_length(lay.context)
+    w.add_embedding_length(e)
+    w.add_block_count(lay.layers)
+    w.add_head_count(lay.heads)
+    w.add_head_count_kv(lay.kv_heads)
+    w.add_key_length(lay.head_dim)
+    w.add_value_length(lay.head_dim)
+    w.add_rope_dimension_count(lay.head_dim)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-6)
-    if arch == "llama":
-        w.add_feed_forward_length(n_ff)
+    if lay.experts:
+        w.add_expert_count(lay.experts)
+        w.add_expert_used_count(lay.used)
+        w.add_expert_feed_forward_length(lay.ff)
     else:
-        w.add_expert_count(n_expert)
-        w.add_expert_used_count(n_expert_used)
-        w.add_expert_feed_forward_length(n_ff)
+        w.add_feed_forward_length(lay.ff)
     w.add_vocab_size(n_vocab)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
@@ -96,34 +108,171 @@ def write_tiny_gguf(path: str | Path, arch: str = "llama", *, n_layer: int | Non
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
 
-    ones = lambda n: np.ones(n, dtype=np.float32)  # noqa: E731
-    w.add_tensor("token_embd.weight", rand(n_vocab, n_embd))
-    w.add_tensor("output_norm.weight", ones(n_embd))
-    out = rand(n_vocab, n_embd) * np.float16(4.0)
-    out[: 3 + 256] = 0.0  # specials and byte tokens never win the argmax
-    w.add_tensor("output.weight", out)
-    q, kv = n_head * head_dim, n_head_kv * head_dim
-    for i in range(n_layer):
+    def add(name: str, pair) -> None:
+        data, raw = pair
+        w.add_tensor(name, data, raw_dtype=raw)
+
+    ones = lambda n: (np.ones(n, dtype=np.float32), None)  # noqa: E731
+    embd = weights.embedding(n_vocab, e)
+    add("token_embd.weight", (embd, None))
+    add("output_norm.weight", ones(e))
+    out = weights.output(n_vocab, e, embd)
+    out[: 3 + 256] = 0.0          # specials and byte tokens never win the argmax
+    add("output.weight", (out, None))
+    q, kv = lay.heads * lay.head_dim, lay.kv_heads * lay.head_dim
+    for i in range(lay.layers):
         b = f"blk.{i}."
-        w.add_tensor(b + "attn_norm.weight", ones(n_embd))
-        w.add_tensor(b + "ffn_norm.weight", ones(n_embd))
-        w.add_tensor(b + "attn_q.weight", rand(q, n_embd))
-        w.add_tensor(b + "attn_k.weight", rand(kv, n_embd))
-        w.add_tensor(b + "attn_v.weight", rand(kv, n_embd))
-        w.add_tensor(b + "attn_output.weight", rand(n_embd, q))
-        if arch == "llama":
-            w.add_tensor(b + "ffn_gate.weight", rand(n_ff, n_embd))
-            w.add_tensor(b + "ffn_up.weight", rand(n_ff, n_embd))
-            w.add_tensor(b + "ffn_down.weight", rand(n_embd, n_ff))
-        else:
-            w.add_tensor(b + "attn_q_norm.weight", ones(head_dim))
-            w.add_tensor(b + "attn_k_norm.weight", ones(head_dim))
-            w.add_tensor(b + "ffn_gate_inp.weight", rand(n_expert, n_embd))
-            w.add_tensor(b + "ffn_gate_exps.weight", rand(n_expert, n_ff, n_embd))
-            w.add_tensor(b + "ffn_up_exps.weight", rand(n_expert, n_ff, n_embd))
-            w.add_tensor(b + "ffn_down_exps.weight", rand(n_expert, n_embd, n_ff))
+        add(b + "attn_norm.weight", ones(e))
+        add(b + "ffn_norm.weight", ones(e))
+        add(b + "attn_q.weight", weights.matrix(q, e))
+        add(b + "attn_k.weight", weights.matrix(kv, e))
+        add(b + "attn_v.weight", weights.matrix(kv, e))
+        add(b + "attn_output.weight", weights.matrix(e, q, residual=True))
+        if not lay.experts:
+            add(b + "ffn_gate.weight", weights.matrix(lay.ff, e))
+            add(b + "ffn_up.weight", weights.matrix(lay.ff, e))
+            add(b + "ffn_down.weight", weights.matrix(e, lay.ff))
+            continue
+        add(b + "attn_q_norm.weight", ones(lay.head_dim))
+        add(b + "attn_k_norm.weight", ones(lay.head_dim))
+        add(b + "ffn_gate_inp.weight", (weights.router(lay.experts, e), None))
+        add(b + "ffn_gate_exps.weight", weights.matrix(lay.experts, lay.ff, e))
+        add(b + "ffn_up_exps.weight", weights.matrix(lay.experts, lay.ff, e))
+        add(b + "ffn_down_exps.weight", weights.matrix(lay.experts, e, lay.ff, residual=True))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    tmp.replace(path)
+    return path
+
+
+# -- the tests' tiny model -----------------------------------------------------------------------
+class _TinyWeights:
+    """Every matrix f16 from float64 draws, scaled by 1/sqrt(fan-in); the output head x4."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def _rand(self, *shape: int) -> np.ndarray:  # matrices in f16 (norms stay f32): half the bytes
+        return (self.rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float16)
+
+    def embedding(self, *shape: int) -> np.ndarray:
+        return self._rand(*shape)
+
+    def output(self, n_vocab: int, embd: int, embedding) -> np.ndarray:
+        return self._rand(n_vocab, embd) * np.float16(4.0)
+
+    def matrix(self, *shape: int, residual: bool = False):
+        return self._rand(*shape), None
+
+    def router(self, *shape: int) -> np.ndarray:
+        return self._rand(*shape)
+
+
+def write_tiny_gguf(path: str | Path, arch: str = "llama", *, n_layer: int | None = None,
+                    n_embd: int = 32, n_ff: int = 32, seed: int = 0) -> Path:
+    """Write the model to `path` and return it. `arch` is "llama" or "qwen3moe".
+
+    Deep and narrow on purpose: llama.cpp's CPU cost per decode step is mostly a fixed ~17 us
+    per layer of graph work, so 96 thin layers (default for llama; ~1.5 MB in f16) take ~1.5 ms
+    a token on one thread, slow enough to time over HTTP; qwen3moe defaults to 32 layers."""
+    if arch not in ("llama", "qwen3moe"):
+        raise ValueError(f"arch must be 'llama' or 'qwen3moe', not {arch!r}")
+    if n_layer is None:
+        n_layer = 96 if arch == "llama" else 32
+    moe = arch == "qwen3moe"
+    lay = _Layout(arch, f"offload-tuner tiny {arch}", "f16", 4096, n_layer, n_embd, n_ff, heads=n_embd // 32,
+                  head_dim=32, kv_heads=1, experts=4 if moe else 0, used=2 if moe else 0)
+    return _write(Path(path), lay, _TinyWeights(seed))
+
+
+# -- the campaign's MoE --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MoeSpec:
+    layers: int = 12
+    embd: int = 512
+    ff: int = 512               # per expert
+    experts: int = 32
+    used: int = 4
+    head_dim: int = 64
+    kv_heads: int = 2
+    dtype: str = "f16"          # f16 | q8_0 | q4_0 (expert and attention matrices)
+    seed: int = 0
+    # echo: the output head is the token embedding and the blocks write little into the residual
+    # stream, so greedy decoding repeats the prompt's last token: a text that n-gram drafts
+    # (--spec-type ngram-*) predict in full, as for the repetitive outputs they are made for
+    echo: bool = False
+
+    @property
+    def heads(self) -> int:
+        return max(1, self.embd // self.head_dim)
+
+    def expert_bytes(self) -> int:
+        """Bytes of one expert (gate, up, down) in one layer."""
+        return 3 * self.embd * self.ff * _bytes_per_weight(self.dtype)
+
+    def attention_bytes(self) -> int:
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return (2 * q * self.embd + 2 * kv * self.embd) * _bytes_per_weight(self.dtype)
+
+    def bytes_per_token(self) -> int:
+        """Weight bytes one decoded token reads: active experts + attention + router, every layer."""
+        router = self.experts * self.embd * 4
+        return self.layers * (self.used * self.expert_bytes() + self.attention_bytes() + router)
+
+    def total_bytes(self) -> int:
+        return self.layers * (self.experts * self.expert_bytes() + self.attention_bytes())
+
+    def name(self) -> str:
+        return (f"moe-l{self.layers}-e{self.embd}-f{self.ff}-x{self.experts}k{self.used}-"
+                f"{self.dtype}-s{self.seed}{'-echo' if self.echo else ''}.gguf")
+
+
+def _bytes_per_weight(dtype: str) -> float:
+    return {"f16": 2, "q8_0": 34 / 32, "q4_0": 18 / 32}[dtype]
+
+
+class _MoeWeights:
+    """Matrices from float32 draws, scaled by 1/sqrt(fan-in), in ``dtype`` (quantized for q8_0 and
+    q4_0); the embedding /8; an f32 router. ``echo``: the output head is the embedding and what
+    the blocks add to the residual stream is x0.05."""
+
+    def __init__(self, spec: MoeSpec) -> None:
+        import gguf
+
+        self.rng = np.random.default_rng(spec.seed)
+        self.echo = spec.echo
+        self.qtype = {"f16": None, "q8_0": gguf.GGMLQuantizationType.Q8_0,
+                      "q4_0": gguf.GGMLQuantizationType.Q4_0}[spec.dtype]
+
+    def embedding(self, *shape: int) -> np.ndarray:
+        return self.rng.standard_normal(shape).astype(np.float16) / 8
+
+    def output(self, n_vocab: int, embd: int, embedding) -> np.ndarray:
+        out = (self.rng.standard_normal((n_vocab, embd)) / np.sqrt(embd) * 4).astype(np.float16)
+        if self.echo:
+            out = (embedding.astype(np.float32) * 8 / np.sqrt(embd) * 4).astype(np.float16)
+        return out
+
+    def matrix(self, *shape: int, residual: bool = False):
+        import gguf
+
+        scale = 0.05 if residual and self.echo else 1.0
+        a = (self.rng.standard_normal(shape, dtype=np.float32) / np.sqrt(shape[-1])) * scale
+        if self.qtype is None:
+            return a.astype(np.float16), None
+        return gguf.quants.quantize(a, self.qtype), self.qtype
+
+    def router(self, *shape: int) -> np.ndarray:
+        return self.rng.standard_normal(shape).astype(np.float32)
+
+
+def write_moe_gguf(path: str | Path, spec: MoeSpec = MoeSpec()) -> Path:
+    """The campaign-sized MoE at ``path``, and its sizes beside it (``.json``)."""
+    lay = _Layout("qwen3moe", "offload-tuner random MoE", spec.dtype, 8192, spec.layers, spec.embd, spec.ff,
+                  spec.heads, spec.head_dim, spec.kv_heads, spec.experts, spec.used)
+    path = _write(Path(path), lay, _MoeWeights(spec))
+    path.with_suffix(".json").write_text(json.dumps({**asdict(spec), "bytes_per_token": spec.bytes_per_token(),
+                                                     "weight_bytes": spec.total_bytes()}, indent=1))
     return path

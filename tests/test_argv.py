@@ -1,9 +1,9 @@
-"""render_argv / render_env / redaction: one table row per rule."""
+"""render_argv / parse_argv / render_env / redaction: one table row per rule."""
 from __future__ import annotations
 
 import pytest
 
-from arms.argv import redact_argv, redact_env, render_argv, render_env
+from arms.argv import parse_argv, redact_argv, redact_env, render_argv, render_env
 from arms.errors import ConfigError
 from arms.shape import ABSENT, Shape
 
@@ -14,7 +14,7 @@ def shape(*args: tuple, env: dict | None = None) -> Shape:
     return Shape(IMAGE, "/models/m", tuple(args), tuple((env or {}).items()))
 
 
-@pytest.mark.parametrize("args, style, want", [
+RENDER_ROWS = [
     # vllm: model first, then flags in shape order
     ((), "vllm", ["/models/m"]),
     ((("max-model-len", 32768),), "vllm", ["/models/m", "--max-model-len", "32768"]),
@@ -49,9 +49,28 @@ def shape(*args: tuple, env: dict | None = None) -> Shape:
     ((("kv-offload", False),), "llamacpp", ["-m", "/models/m", "-nkvo"]),
     ((("mmap", False),), "llamacpp", ["-m", "/models/m", "--no-mmap"]),
     ((("no-such-flag", 1),), "llamacpp", ["-m", "/models/m", "--no-such-flag", "1"]),
-])
+]
+
+
+@pytest.mark.parametrize("args, style, want", RENDER_ROWS)
 def test_render_argv(args, style, want):
     assert render_argv(shape(*args), style) == want
+
+
+@pytest.mark.parametrize("args, argv", [(args, want) for args, style, want in RENDER_ROWS if style == "vllm"])
+def test_parse_argv_reads_back_what_render_argv_wrote(args, argv):
+    """vLLM style: the one reader (FlagTable.parse with an empty table) is render_argv's inverse."""
+    assert parse_argv([*argv, "--port", "8001"], "vllm") == ("/models/m", list(args), 8001)
+
+
+def test_a_flag_given_twice_reads_by_its_style():
+    """vLLM style keeps every flag in order; llama.cpp style keeps the last (a repeat flag collects)."""
+    assert parse_argv(["/m", "--x", "1", "--x", "2"], "vllm")[1] == [("x", 1), ("x", 2)]
+    assert parse_argv(["-m", "/m", "-t", "1", "--threads", "2"], "llamacpp")[1] == [("threads", 2)]
+    assert parse_argv(["-m", "/m", "-ot", "a=CPU", "-ot", "b=CPU"], "llamacpp")[1] == [
+        ("override-tensor", ["a=CPU", "b=CPU"])]
+    with pytest.raises(ConfigError, match="no model"):
+        parse_argv(["-t", "2"], "llamacpp")
 
 
 @pytest.mark.parametrize("lever, value, want_tail", [

@@ -140,9 +140,10 @@ def test_lever_typo_names_the_flag_and_an_env_typo_warns(tmp_path, capsys, caplo
 
     camp = load_campaign(path)                      # an env typo is a warning: the engine may read it
     assert set(camp.levers) == {"env.R4D_LRU_GATHR_CHUNKS", "max-num-seqs"}
-    rc = cli.main(["check", str(path)])            # then podman does not answer: exit 2, after the warning
+    rc = cli.main(["check", str(path)])            # then podman does not answer: the file is valid, exit 4
     err = capsys.readouterr().err + caplog.text
-    assert rc == 2
+    assert rc == cli.EXIT_NOT_PINNED == 4
+    assert "valid, but its image is not pinned to a digest" in err and "nonexistent.sock does not answer" in err
     assert f"{path}:8: levers.env.R4D_LRU_GATHR_CHUNKS: env var R4D_LRU_GATHR_CHUNKS is not in baseline.env" in err
     assert "did you mean env.R4D_LRU_GATHER_CHUNKS?" in err
     # a flag the profile does not know is fine when the campaign says the engine is newer

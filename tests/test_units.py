@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from arms.argv import parse_argv as parse_engine_argv
 from arms.errors import ConfigError
 from arms.shape import ABSENT, Mount, Shape
 from tuner.production.envfile import (
@@ -27,7 +28,7 @@ from tuner.production.units import (
     timeout_start_s,
     version_tuple,
 )
-from tuner.production.unitsyntax import join_words, parse_engine_argv, parse_ini, split_words
+from tuner.production.unitsyntax import join_words, parse_ini, split_words
 
 DIGEST = "docker.io/tcclaviger/vllm@sha256:" + "da40" * 16
 SEED_ARGS = {"tensor-parallel-size": 2, "max-model-len": 32768, "gpu-memory-utilization": 0.98,

@@ -81,3 +81,46 @@ def test_a_sliver_closer_to_the_constraint_does_not_buy_a_slower_shape():
     assert judge(longer, inc, NoiseBand()).verdict == "worse"
     assert judge(Score(False, 0.3015, 43.9), inc, NoiseBand()).verdict == "parity"
     assert judge(Score(False, 0.25, 40.0), inc, NoiseBand()).verdict == "better"     # real progress still wins
+
+
+# -- the verdict vocabulary (arms/verdict.py) and the named promotion rule ------------------------
+from arms.verdict import Verdict, boot_failed, failure_class, untrusted  # noqa: E402
+from tuner.night.verdict import promotes  # noqa: E402
+
+
+@pytest.mark.parametrize("verdict, trusted", [
+    ("better", True), ("parity", True), ("worse", True), ("undecided", True), ("baseline", True),
+    ("recheck", True), ("measured", True), ("corrupt", False), ("invalid", False), ("interrupted", False),
+    ("boot-failed:oom", False), ("boot-failed:flag-not-applied", False), (None, True),
+])
+def test_untrusted_verdicts_never_served_a_trusted_measurement(verdict, trusted):
+    assert untrusted(verdict) is (not trusted)
+
+
+def test_verdicts_are_their_journal_words():
+    import json
+
+    assert json.dumps({"v": Verdict.CORRUPT}) == '{"v": "corrupt"}' and Verdict("better") is Verdict.BETTER
+    assert boot_failed("oom") == "boot-failed:oom" and failure_class("boot-failed:oom") == "oom"
+    assert failure_class("worse") is None and failure_class(None) is None
+
+
+CMP2 = {"verdict": "better", "boots": [2, 3]}
+PROMOTES = [
+    ("probe", {"verdict": "better"}, CMP2, True),                         # decided on two boots
+    ("confirm", {"verdict": "better"}, CMP2, True),
+    ("probe", {"verdict": "better"}, {"verdict": "better", "boots": [1, 3]}, False),   # one boot: confirm first
+    ("confirm", {"verdict": "better"}, {"verdict": "undecided", "boots": [2, 3]}, False),
+    ("confirm", {"verdict": "worse"}, {"verdict": "worse", "boots": [2, 3]}, False),
+    ("confirm", {"verdict": "better"}, None, True),                       # no comparison: the confirm's verdict
+    ("probe", {"verdict": "better", "delta": 0.1}, None, False),          # ... a probe must be confirmed
+    ("probe", {"verdict": "better", "delta": None, "reason": "meets the constraints"}, None, True),
+    ("probe", {"verdict": "better", "delta": None, "reason": "constraint violation 0.40 -> 0.10"}, None, True),
+    ("recheck", {"verdict": "recheck"}, None, False),
+    ("probe", None, None, False),
+]
+
+
+@pytest.mark.parametrize("kind, end, comparison, moves", PROMOTES)
+def test_the_promotion_rule(kind, end, comparison, moves):
+    assert promotes(kind, end, comparison) is moves

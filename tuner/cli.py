@@ -1,7 +1,10 @@
 """`tuner` command line: thin over the library; every TunerError becomes one stderr line.
 
 Exit codes: 0 success, 1 the thing ran and failed (a boot that did not come up), 2 bad input
-(nothing was started).
+(nothing was started), 3 `tuner run`: the night ran and learned nothing ("no result": its
+starting shape never yielded the objective; tuner/night/ending.py), 4 `tuner check` found the
+campaign valid but podman did not answer, so its image tag is not pinned to a digest
+(``--offline`` skips that step and exits 0).
 """
 from __future__ import annotations
 
@@ -45,11 +48,10 @@ def cmd_image(ns) -> int:
 
 
 # -- boot ----------------------------------------------------------------------------------
-def _prepare(campaign_path: str, change_texts: list[str]):
-    """Campaign, profile, host and the shape to boot — all checked before anything starts."""
+def _validated(campaign_path: str, change_texts: list[str]):
+    """Campaign, profile and the shape to boot, checked on this host alone: nothing is contacted."""
     from arms.profiles import load_profile
-    from host.podman_host import PodmanHost
-    from tuner.night.campaign import check_model_path, check_paths, load_campaign, parse_change
+    from tuner.night.campaign import check_host, load_campaign, parse_change
 
     camp = load_campaign(campaign_path)
     profile = load_profile(camp.engine, camp.profile_overrides or None)
@@ -64,17 +66,31 @@ def _prepare(campaign_path: str, change_texts: list[str]):
     shape = camp.baseline
     for name, value in changes.items():
         shape = shape.with_change(name, value)
-    check_paths(shape)
-    check_model_path(shape, profile.family)
-    host = PodmanHost(camp.podman)
+    check_host(camp, shape, profile.family)
+    return camp, profile, shape, changes
+
+
+def _pinned(host, shape):
+    """The shape with its image pinned to the digest podman holds for it."""
+    from dataclasses import replace
+
     info = host.resolve_image(shape.image)
     if info.ref != shape.image:
         log.info("[image] %s resolved to %s", shape.image, info.ref)
-    from dataclasses import replace
-
     shape = replace(shape, image=info.ref)
     shape.validate_image()
-    return camp, profile, host, shape, changes
+    return shape
+
+
+def _prepare(campaign_path: str, change_texts: list[str]):
+    """Campaign, profile, host and the shape to boot — all checked before anything starts."""
+    from host.podman_host import PodmanHost
+    from tuner.night.campaign import check_paths
+
+    camp, profile, shape, changes = _validated(campaign_path, change_texts)
+    check_paths(shape)                      # creates the compile cache
+    host = PodmanHost(camp.podman)
+    return camp, profile, host, _pinned(host, shape), changes
 
 
 def cmd_boot(ns) -> int:
@@ -177,33 +193,51 @@ def cmd_measure(ns) -> int:
 
 
 # -- campaign: check, run, status -------------------------------------------------------------
+EXIT_NOT_PINNED = 4          # `tuner check`: the file is valid; podman did not answer, so the image is not pinned
+
+
 def cmd_check(ns) -> int:
-    from tuner.night.search import candidates, propose
+    """Two steps: everything offline (exit 2 on bad input), then the image pinned to its digest
+    by podman; a podman that does not answer is exit 4, never the bad-input code."""
+    from dataclasses import replace
+
     from arms import values
+    from tuner.night.search import candidates, propose
     from tuner.night.state import replay
 
-    camp, profile, host, shape, _ = _prepare(ns.campaign, [])
-    if ns.json:
-        from dataclasses import replace
+    camp, profile, shape, _ = _validated(ns.campaign, [])
+    unpinned = "skipped (--offline)" if ns.offline else None
+    if not ns.offline:
+        try:
+            from host.podman_host import PodmanHost
 
-        st = replay([], replace(camp.baseline, image=shape.image))
-        print(json.dumps({"campaign": camp.name, "levers": len(camp.levers), "profile": profile.name,
+            host = PodmanHost(camp.podman)
+        except (ConfigError, ImportError) as e:      # no service: the file is not at fault
+            unpinned = str(e)
+        else:
+            shape = _pinned(host, shape)
+    st = replay([], replace(camp.baseline, image=shape.image))
+    if ns.json:
+        print(json.dumps({"campaign": camp.name, "valid": True, "pinned": unpinned is None,
+                          "levers": len(camp.levers), "profile": profile.name,
                           "folder": str(camp.folder), "image": shape.image, "objective": str(camp.search.objective),
                           "constraints": camp.search.constraints.describe(),
                           "first_arms": [{"lever": lv, "value": values.text(v), "why": why}
                                          for _, lv, v, why in candidates(st, camp.levers)[: ns.show]]}, indent=1))
-        return 0
-    print(f"campaign {camp.name}: {len(camp.levers)} levers, profile {profile.name}, folder {camp.folder}")
-    print(f"image {camp.baseline.image} -> {shape.image}")
-    print(f"objective {camp.search.objective}; constraints: {'; '.join(camp.search.constraints.describe()) or 'none'}")
-    from dataclasses import replace
-
-    st = replay([], replace(camp.baseline, image=shape.image))
-    first = propose(st, camp.levers)
-    print(f"first arm: {first.kind} ({first.why})")
-    print("then, one change each, in this order:")
-    for i, (_, lever, value, why) in enumerate(candidates(st, camp.levers)[: ns.show], 1):
-        print(f"  {i:2d}. {lever} -> {values.text(value)}  ({why})")
+    else:
+        print(f"campaign {camp.name}: {len(camp.levers)} levers, profile {profile.name}, folder {camp.folder}")
+        print(f"image {camp.baseline.image} -> " + (shape.image if unpinned is None else "not pinned"))
+        print(f"objective {camp.search.objective}; constraints: {'; '.join(camp.search.constraints.describe()) or 'none'}")
+        first = propose(st, camp.levers)
+        print(f"first arm: {first.kind} ({first.why})")
+        print("then, one change each, in this order:")
+        for i, (_, lever, value, why) in enumerate(candidates(st, camp.levers)[: ns.show], 1):
+            print(f"  {i:2d}. {lever} -> {values.text(value)}  ({why})")
+    if unpinned is not None and not ns.offline:
+        print(f"tuner: {camp.path}: valid, but its image is not pinned to a digest: {unpinned.rstrip('.')}; "
+              f"run `tuner check` where podman answers (exit {EXIT_NOT_PINNED}), or --offline to validate only",
+              file=sys.stderr)
+        return EXIT_NOT_PINNED
     return 0
 
 
@@ -264,7 +298,7 @@ def cmd_promote(ns) -> int:
     from tuner.production.promote import promote
 
     res = promote(folder_of(ns.campaign), ns.arm, dry_run=ns.dry_run, force=ns.force, margin_s=ns.margin_s,
-                  write_only=ns.write_only,
+                  write_only=ns.write_only, allow_simulated=ns.allow_simulated,
                   **({"out": lambda _line: None} if ns.json else {}))
     if ns.json:
         from dataclasses import asdict
@@ -327,8 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_measure)
 
-    s = add("check", "validate a campaign, pin its image digest, print the arms it would run first")
+    s = add("check", "validate a campaign, pin its image digest, print the arms it would run first",
+            description="Validate a campaign on this host alone (exit 2 on bad input: one FILE:LINE: KEY line "
+                        "per error), then pin its image tag to a digest through podman (exit 4 when podman "
+                        "does not answer: the file is valid, the image not pinned), then print the first arms.")
     s.add_argument("campaign")
+    s.add_argument("--offline", action="store_true", help="validate only: do not ask podman for the image digest")
     s.add_argument("--show", type=int, default=12, help="how many first arms to list")
     s.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     s.set_defaults(fn=cmd_check)
@@ -383,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(a machine without systemd, or to apply it yourself)")
     s.add_argument("--margin-s", type=float, default=None,
                    help="seconds of health wait beyond the arm's measured boot (default max(60, boot/2))")
+    s.add_argument("--allow-simulated", action="store_true",
+                   help="promote a night run with --simulated (refused without it; promoted with a warning)")
     s.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     s.set_defaults(fn=cmd_promote)
 

@@ -77,13 +77,13 @@ def run_campaign(ns) -> int:
     from tuner.night.campaign import load_campaign
     from tuner.night.lock import CampaignLock
 
-    from arms.secrets import SealFilter, Sealer
+    from arms.secrets import SealFilter
 
     camp = load_campaign(ns.campaign)
     if ns.simulated and camp.sweep_plan is not None:
         raise ConfigError(f"{camp.path}: the concurrency sweep (measure.sweep / objective goodput_at_slo) needs "
                           "wall-clock concurrency: run it on podman, without --simulated")
-    seal_logs = SealFilter(Sealer.of(camp.baseline, camp.raw))
+    seal_logs = SealFilter(camp.sealer())
     for h in logging.getLogger().handlers:           # no secret of the campaign reaches a log line
         h.addFilter(seal_logs)
     with CampaignLock(camp.folder):
@@ -98,7 +98,7 @@ def _run_locked(ns, camp) -> int:
     baseline = replace(camp.baseline, image=info.ref)
     baseline.validate_image()
     if not ns.simulated:
-        check_paths(baseline)
+        check_paths(baseline, camp)          # each missing mount or device at its line of the file
     camp = replace(camp, baseline=baseline)
     if not ns.simulated:
         from host.probes import gpu_holders
@@ -115,15 +115,15 @@ def _run_locked(ns, camp) -> int:
     max_arms = ns.max_arms or camp.search.budget.max_arms
     from tuner.morning.liveview import NightView      # header + scrolling log on a tty; sd_notify STATUS/WATCHDOG always
 
-    view = NightView(camp, deadline=deadline, max_arms=max_arms, clock=host.now, notify=sd_notify,
-                     live=not ns.quiet and sys.stderr.isatty(), simulated=bool(ns.simulated))
-
     def on_arm(st, end):
         view.update(st)
         sd_notify("WATCHDOG=1")
 
+    # a new night's deadline; a resumed night keeps the one it journaled (loop.deadline)
     loop = CampaignLoop(camp, host, profile, deadline=deadline, max_arms=max_arms,
-                        force_resume=ns.force_resume, on_arm=on_arm)
+                        force_resume=ns.force_resume, on_arm=on_arm, simulated=bool(ns.simulated))
+    view = NightView(camp, deadline=loop.deadline, max_arms=max_arms, clock=host.now, notify=sd_notify,
+                     live=not ns.quiet and sys.stderr.isatty(), simulated=bool(ns.simulated))
     (camp.folder / "daemon.pid").write_text(str(os.getpid()))
     sd_notify("READY=1")
     try:
@@ -134,10 +134,15 @@ def _run_locked(ns, camp) -> int:
             (camp.folder / "daemon.pid").unlink()
         except FileNotFoundError:
             pass
-    print(f"campaign {camp.name}: {summary.reason}; {summary.arms} arms; incumbent {summary.incumbent_key} "
+    if summary.no_result is not None:        # the first line says so; a distinct exit code (tuner/cli.py)
+        from tuner.night.ending import NO_RESULT_EXIT
+
+        print(summary.no_result.text())
+    reason = "stopped early, no result" if summary.no_result is not None else summary.reason
+    print(f"campaign {camp.name}: {reason}; {summary.arms} arms; incumbent {summary.incumbent_key} "
           f"(objective {summary.incumbent_objective if summary.incumbent_objective is None else round(summary.incumbent_objective, 2)}); "
           f"{summary.moves} incumbent moves" + (f"\nverdict: {summary.verdict}" if summary.verdict else ""))
-    return 0
+    return NO_RESULT_EXIT if summary.no_result is not None else 0
 
 
 def arms_table(st, last: int | None = None):

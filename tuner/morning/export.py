@@ -13,6 +13,7 @@ import pandas as pd
 
 from arms.errors import ConfigError
 from arms import values
+from tuner.night.precheck import file_problem
 from tuner.night.readback import campaign_folder, load_records
 
 FORMATS = ("csv", "jsonl", "parquet")
@@ -118,9 +119,22 @@ def export(folder: str | Path, fmt: str = "csv", out: str | Path | None = None) 
         except ImportError:
             raise ConfigError("--format parquet needs pyarrow: pip install pyarrow "
                               "(or pip install 'offload-tuner[report]')") from None
+    if out is not None:
+        why = file_problem(out)              # before the journal is read: one line, exit 2
+        if why:
+            raise ConfigError(f"-o {out}: {why}; give a file in a folder this user can write")
     folder = campaign_folder(folder)
     df = arms_frame(load_records(folder))
     path = Path(out) if out else folder / f"arms.{fmt}"
+    try:
+        _write(df, path, fmt)
+    except OSError as e:
+        raise ConfigError(f"-o {path}: cannot write it ({e.strerror or e}); give a file in a folder this user "
+                          "can write") from None
+    return path
+
+
+def _write(df: pd.DataFrame, path: Path, fmt: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "csv":
         df.to_csv(path, index=False)
@@ -130,4 +144,3 @@ def export(folder: str | Path, fmt: str = "csv", out: str | Path | None = None) 
                 f.write(json.dumps(rec, default=_plain, ensure_ascii=False) + "\n")
     else:
         df.to_parquet(path, index=False)
-    return path

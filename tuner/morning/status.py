@@ -65,19 +65,21 @@ def incumbent_changes(st) -> list[str]:
 
 
 def _deadline(records: list[dict], start: dict) -> float | None:
-    budget = ((start.get("campaign") or {}).get("budget") or {})
-    starts = [r for r in records if r["op"] == "campaign_start" or (r["op"] == "note" and r.get("text") == "resumed")]
-    t0 = starts[-1].get("t") if starts else None
-    if t0 is None:
-        return None
-    if budget.get("hours") is not None:
-        return t0 + float(budget["hours"]) * 3600
-    if budget.get("until"):
-        from tuner.night.campaign import Budget
+    """The night's deadline: the one its campaign_start journaled (fixed when the night started;
+    a resume keeps it), or for an older journal the one its budget gives from the night's start
+    (never from a resume: a re-read or a resume of a finished night does not move it)."""
+    if start.get("deadline") is not None or "deadline" in start:
+        return start.get("deadline")
+    from tuner.night.campaign import Budget
+    from tuner.night.ending import budget_deadline
 
-        hh, mm = (int(x) for x in str(budget["until"]).strip().split(":"))
-        return Budget(until=(hh, mm), timezone=budget.get("timezone")).until_epoch(t0)
-    return None
+    budget = ((start.get("campaign") or {}).get("budget") or {})
+    try:
+        until = tuple(int(x) for x in str(budget["until"]).strip().split(":")) if budget.get("until") else None
+        hours = float(budget["hours"]) if budget.get("hours") is not None else None
+    except (TypeError, ValueError):
+        return None
+    return budget_deadline(Budget(until=until, hours=hours, timezone=budget.get("timezone")), start.get("t"))
 
 
 def status_data(folder: Path) -> dict:
@@ -142,7 +144,7 @@ def status_data(folder: Path) -> dict:
         "incumbent_changes": incumbent_changes(st),
         "started": start.get("t"), "deadline": deadline,
         "max_arms": (camp.get("budget") or {}).get("max_arms"),
-        "ended": ended.get("reason"), "verdict": ended.get("verdict"),
+        "ended": ended.get("reason"), "verdict": ended.get("verdict"), "no_result": ended.get("no_result"),
         "counts": _counts(arms),
     }
 
@@ -181,7 +183,7 @@ def summary_line(d: dict) -> str:
     gain = "" if d["gain"] is None else f" ({d['gain']:+.1%} vs baseline)"
     obj = "n/a" if d["incumbent_objective"] is None else f"{d['incumbent_objective']:.2f}"
     what = {"running": f"running arm {d['running_arm']}" if d["running_arm"] is not None else "running",
-            "ended": "ended", "interrupted": f"interrupted in arm {d['interrupted_arm']}",
+            "ended": "ended, no result" if d.get("no_result") else "ended", "interrupted": f"interrupted in arm {d['interrupted_arm']}",
             "stopped": "stopped"}[d["state"]]
     budget = f"/{d['max_arms']}" if d.get("max_arms") else ""
     dl = f"; deadline {_clock(d['deadline'])}" if d["deadline"] and d["state"] == "running" else ""

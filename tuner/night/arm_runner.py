@@ -21,6 +21,7 @@ from arms.prompts import api_from_profile
 from arms.secrets import Sealer
 from arms.shape import Shape
 
+from tuner.night.compare import MIN_EFFECT
 from tuner.night.verdict import Constraints, NoiseBand, Objective, Score, judge, objective_sigma
 
 log = logging.getLogger("tuner.arm")
@@ -75,7 +76,7 @@ def log_verdict(n: int, rec: dict, change: tuple | None = None) -> None:
 
 class ArmRunner:
     def __init__(self, host: Host, profile: EngineProfile, *, campaign: str, folder: Path, plan: MeasurePlan,
-                 limits: BootLimits, objective: Objective, constraints: Constraints, min_effect: float = 0.02,
+                 limits: BootLimits, objective: Objective, constraints: Constraints, min_effect: float = MIN_EFFECT,
                  prune_below: float = 0.30, extra_env: dict | None = None, telemetry: bool = False,
                  link_gbs: float | None = None, probe_interval_s: float = 2.0, sweep=None):
         self.host, self.profile, self.campaign, self.folder = host, profile, campaign, Path(folder)
@@ -89,12 +90,12 @@ class ArmRunner:
 
     @classmethod
     def for_campaign(cls, camp, host: Host, profile: EngineProfile, plan: MeasurePlan | None = None) -> "ArmRunner":
-        m, s = camp.raw.get("measure") or {}, camp.search
+        s = camp.search
         runner = cls(host, profile, campaign=camp.name, folder=camp.folder, plan=plan or camp.measure,
                      limits=camp.boot, objective=s.objective, constraints=s.constraints, min_effect=s.min_effect,
-                     prune_below=s.prune_below, telemetry=camp.telemetry, link_gbs=m.get("link_gbs"),
-                     probe_interval_s=float(m.get("probe_interval_s", 2.0)), sweep=camp.sweep_plan)
-        runner.sealer = Sealer.of(camp.baseline, camp.raw)
+                     prune_below=s.prune_below, telemetry=camp.telemetry, link_gbs=camp.link_gbs,
+                     probe_interval_s=float(camp.probe_interval_s), sweep=camp.sweep_plan)
+        runner.sealer = camp.sealer()
         return runner
 
     def arm_folder(self, n: int) -> Path:

@@ -3,6 +3,11 @@
 A campaign is the YAML an operator writes at night: the engine profile, the podman socket,
 the baseline shape, the levers each arm may change, and how long a boot may take. Relative
 paths (compile cache, mounts, the campaign folder) are relative to the campaign file.
+
+The config is typed once: the pydantic models of ``tuner.night.schema`` check the file and hold
+every default; ``load_campaign`` turns them into the runtime ``Campaign`` (the arms' plans built by
+the models' ``plan()`` / ``limits()``). Nothing outside this module reads the file's raw mapping:
+it is kept for the journal (``Campaign.record``, ``Campaign.identity``) and the secret sealer.
 """
 from __future__ import annotations
 
@@ -17,18 +22,12 @@ from typing import Any
 from arms.boot import BootLimits
 from arms.errors import ConfigError
 from arms.shape import COMPILE_CACHE_TARGET, Lever, Mount, Shape
-from tuner.night.schema import CampaignInvalid, lines_of, validate
+from tuner.night.campaign_file import key_text
+from tuner.night.compare import ERROR_RATE
+from tuner.night.precheck import host_path_errors, lever_problem
+from tuner.night.schema import CampaignInvalid, CampaignModel, Noise, lines_of, validated
 
 log = logging.getLogger("tuner.campaign")
-
-TOP_KEYS = {"search", "name", "engine", "podman", "baseline", "levers", "boot", "journal", "measure",
-            "objective", "constraints", "budget", "noise", "production", "telemetry", "profile",
-            "description"}
-BOOT_KEYS = {"timeout_s", "hang_s", "poll_s"}
-MEASURE_KEYS = {"depths", "runs", "warm_tokens", "max_tokens", "run_timeout_s", "idle_timeout_s",
-                "max_invalid_per_depth", "telemetry", "sweep", "link_gbs", "probe_interval_s", "membw_gbs"}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
 
 BootPlan = BootLimits              # the campaign's `boot:` section is the arm's boot limits
 
@@ -77,16 +76,21 @@ def _zone(name: str | None):
         return None
 
 
+_NOISE = Noise()
+
+
 @dataclass(frozen=True)
 class SearchPlan:
+    """The search's settings (their defaults: ``tuner.night.schema.Noise``, the one place)."""
     objective: Any = None          # tuner.night.verdict.Objective
     constraints: Any = None        # tuner.night.verdict.Constraints
-    recheck_every: int = 6         # re-measure the incumbent every K arms (noise band)
-    min_effect: float = 0.02       # an arm must beat the incumbent by more than this (and the band)
-    confirm: bool = True           # a better arm is booted and measured again before it is promoted
-    prune_below: float = 0.30      # stop after the first depth when this far below the incumbent
+    recheck_every: int = _NOISE.recheck_every    # re-measure the incumbent every K arms
+    min_effect: float = _NOISE.min_effect        # an arm must beat the incumbent by more than this
+    confirm: bool = _NOISE.confirm               # a better arm is booted again before it is promoted
+    prune_below: float = _NOISE.prune_below      # stop after the first depth when this far below
     mode: str = "one-change"       # or "joint"
     budget: Budget = Budget()
+    error_rate: float = ERROR_RATE  # the chance a night promotes anything not truly better
 
 
 @dataclass(frozen=True)
@@ -99,29 +103,35 @@ class Campaign:
     levers: dict[str, Lever]
     boot: BootPlan
     folder: Path
-    raw: dict = field(default_factory=dict, repr=False)
+    raw: dict = field(default_factory=dict, repr=False)     # the file as written: journal and sealer only
     profile_overrides: dict = field(default_factory=dict, repr=False)
     measure: Any = None            # arms.measure.MeasurePlan
     search: SearchPlan = SearchPlan()
     production: Any = None         # tuner.night.guard.Production
+    sweep_plan: Any = None         # arms.sweep.SweepPlan: the concurrency sweep every measured arm runs, or None
+    telemetry: bool = False        # measure.telemetry: each arm's expert-cache telemetry window
+    probe_interval_s: float = 2.0  # measure.probe_interval_s: host probes during an arm
+    link_gbs: float | None = None  # measure.link_gbs: the host-GPU link the roofline assumes
 
-    @property
-    def sweep_plan(self):
-        """The concurrency sweep every measured arm runs (arms.sweep.SweepPlan): ``measure.sweep``
-        (true or its settings), and always when the objective is goodput_at_slo; else None."""
-        spec = (self.raw.get("measure") or {}).get("sweep")
-        if spec in (None, False) and self.search.objective.kind != "goodput_at_slo":
-            return None
-        from arms.sweep import SweepPlan
+    def identity(self) -> str:
+        """The campaign file's fingerprint: a resumed night must be the same campaign."""
+        import hashlib
+        import json
 
-        kw = dict(spec) if isinstance(spec, dict) else {}
-        if "levels" in kw:
-            kw["levels"] = tuple(kw["levels"])
-        return SweepPlan(**kw)
+        return hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-    @property
-    def telemetry(self) -> bool:
-        return bool((self.raw.get("measure") or {}).get("telemetry"))
+    def sealer(self):
+        """The campaign's secrets sealer (arms.secrets.Sealer): every secret of the file, hidden in
+        whatever the night writes."""
+        from arms.secrets import Sealer
+
+        return Sealer.of(self.baseline, self.raw)
+
+    def record(self) -> dict:
+        """The campaign as journaled in campaign_start (its file's mapping, JSON-safe)."""
+        import json
+
+        return json.loads(json.dumps(self.raw, default=str))
 
     def lever(self, name: str) -> Lever:
         try:
@@ -167,50 +177,55 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
     """The campaign in ``path``: every error of the file at once (CampaignInvalid), each with
     its line and key; nothing is contacted (tuner/night/schema.py)."""
     p = Path(path)
-    raw, warnings = validate(p)
+    raw, model, warnings = validated(p)
     for w in warnings:
         log.warning("%s", w)
     errors: list[str] = []
 
-    def part(key: str, build):
+    def part(key: str | tuple, build):
         try:
             return build()
         except ConfigError as e:
-            line, _ = lines_of(p).line(tuple(key.split(".")))
+            loc = key if isinstance(key, tuple) else tuple(key.split("."))
+            line, _ = lines_of(p).line(loc)
             why = re.sub(rf"^{re.escape(str(p))}: (key '[^']*': )?", "", str(e))
-            errors.append(f"{p}:{line}: {key}: {why}")
+            errors.append(f"{p}:{line}: {key_text(loc)}: {why}")
             return None
 
     name = raw["name"]
     engine = raw.get("engine", "vllm-expert-offload")
     baseline = part("baseline", lambda: _baseline(p, raw.get("baseline")))
     levers: dict[str, Lever] = {}
-    keys: dict[str, str] = {}              # lever name -> its key in the file
+    keys: dict[str, tuple] = {}            # lever name -> its key in the file
     for lname, spec in (raw.get("levers") or {}).items():
-        lever = part(f"levers.{lname}", lambda: Lever.from_spec(str(lname), spec))
+        lever = part(("levers", str(lname)), lambda: Lever.from_spec(str(lname), spec))
         if lever is not None:
             levers[lever.name] = lever
-            keys[lever.name] = f"levers.{lname}"
+            keys[lever.name] = ("levers", str(lname))
     if baseline is not None:               # llama.cpp: one lever name and value per flag and argv
-        baseline, levers = _canonical_flags(p, engine, raw.get("profile"), baseline, levers, keys, part)
-    boot = BootPlan(**{k: float(v) for k, v in (raw.get("boot") or {}).items()})
-    folder = Path(_resolve_path(p.parent, str(raw.get("journal", "journal")))) / name
-    measure = part("measure", lambda: _measure(p, raw))
-    search = part("budget", lambda: _search(p, raw))
+        baseline, levers = _canonical_flags(p, engine, raw.get("profile"), baseline, levers, keys, part,
+                                            raw.get("baseline"))
+        style = _style(engine, raw.get("profile"))
+        for lname, lever in list(levers.items()):
+            why = lever_problem(baseline, lever, style)
+            if why:
+                part(keys.get(lname, ("levers", lname)), lambda: _raise(why))
+    folder = Path(_resolve_path(p.parent, model.journal)) / name
+    measure = part("measure", lambda: model.measure.plan())
+    search = part("budget", lambda: _search(p, raw, model))
     production = part("production", lambda: _production(p, raw))
+    sweep = part("measure.sweep", lambda: model.measure.sweep_plan(search.objective.kind)) if search else None
     if errors:
         raise CampaignInvalid(errors)
-    camp = Campaign(path=p, name=name, engine=engine, podman=raw.get("podman"), baseline=baseline, levers=levers,
-                    boot=boot, folder=folder, raw=raw, profile_overrides=raw.get("profile") or {},
-                    measure=measure, search=search, production=production)
-    part("measure.sweep", lambda: camp.sweep_plan)
-    if errors:
-        raise CampaignInvalid(errors)
-    return camp
+    return Campaign(path=p, name=name, engine=engine, podman=model.podman, baseline=baseline, levers=levers,
+                    boot=model.boot.limits(), folder=folder, raw=raw, profile_overrides=model.profile,
+                    measure=measure, search=search, production=production, sweep_plan=sweep,
+                    telemetry=model.measure.telemetry, probe_interval_s=model.measure.probe_interval_s,
+                    link_gbs=model.measure.link_gbs)
 
 
 def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers: dict[str, Lever],
-                     keys: dict[str, str], part):
+                     keys: dict[str, tuple], part, raw_baseline=None):
     """llama.cpp: one lever name per flag (``ngl``, ``-ngl`` and ``gpu-layers`` are
     ``n-gpu-layers``) and one value per argv (``flash-attn: "on"`` and ``on`` are one shape), from
     the profile's flag table (arms.spellings); each error goes to ``part`` under its key."""
@@ -218,14 +233,54 @@ def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers
     if table is None:
         return baseline, levers
     baseline = part("baseline", lambda: table.canonical_shape(baseline, f"{path}: key 'baseline'")) or baseline
+    base_args = (raw_baseline or {}).get("args") if isinstance(raw_baseline, dict) else None
+    for raw_name, value in (base_args.items() if isinstance(base_args, dict) else ()):
+        why = _word_problem(table, str(raw_name), dict(baseline.args).get(table.canonical(str(raw_name)), value))
+        if why:
+            part(("baseline", "args", str(raw_name)), lambda: _raise(why + "; every arm would fail bad-argument"))
     out: dict[str, Lever] = {}
     for name, lever in levers.items():
         canon = part(keys[name], lambda: table.canonical_lever(lever))
-        if canon is not None and canon.name in out:
+        why = next((w for w in (_word_problem(table, name, v) for v in (canon.values if canon else ())) if w), None)
+        if why:
+            part(keys[name], lambda: _raise(why + "; that arm would fail bad-argument"))
+        elif canon is not None and canon.name in out:
             part(keys[name], lambda: _again(path, canon.name))
         elif canon is not None:
             out[canon.name] = canon
     return baseline, out
+
+
+def _word_problem(table, name: str, value) -> str | None:
+    """A value a words flag (``-fa on|off|auto``) cannot read: the table's words and ``same``
+    texts are all it takes (after canonical_value, they are booleans or the ``same`` strings)."""
+    from arms.shape import ABSENT, format_value
+
+    hit = table.lookup(name)
+    if hit is None or not hit[0].words or value is ABSENT or isinstance(value, bool):
+        return None
+    spec = hit[0]
+    texts = [t for t, _ in spec.same if isinstance(t, str)]
+    words = [v for _, v in spec.same if isinstance(v, str)]
+    if isinstance(value, str) and value in words:
+        return None
+    allowed = list(dict.fromkeys([*spec.words, *words, *texts]))
+    return f"{spec.spell[0]} takes {', '.join(allowed)}, not {format_value(value)!r}"
+
+
+def _raise(why: str):
+    raise ConfigError(why)
+
+
+def _style(engine: str, overrides) -> str:
+    """How the engine's argv is written (arms.argv): llamacpp or vllm."""
+    from arms.profiles import load_profile
+
+    try:
+        family = load_profile(engine, overrides if isinstance(overrides, dict) else None).family
+    except ConfigError:
+        return "vllm"
+    return "llamacpp" if family == "llamacpp" else "vllm"
 
 
 def _again(path: Path, lever: str):
@@ -270,77 +325,51 @@ def _production(path: Path, raw: dict):
     return Production.from_mapping(raw.get("production"), str(path))
 
 
-NOISE_KEYS = {"recheck_every", "min_effect", "confirm", "prune_below", "error_rate"}
-MODES = ("one-change", "joint")
-BUDGET_KEYS = {"until", "hours", "max_arms", "timezone"}
-
-
-def _search(path: Path, raw: dict) -> SearchPlan:
+def _search(path: Path, raw: dict, model: CampaignModel) -> SearchPlan:
+    """The search's settings from the checked config (types and ranges: tuner.night.schema)."""
     from tuner.night.verdict import Constraints, Objective
 
     try:
-        objective = Objective.parse(str(raw.get("objective", "decode_geomean")))
+        objective = Objective.parse(model.objective)
     except ConfigError as e:
         raise _err(path, "objective", str(e)) from None
     constraints = Constraints.from_mapping(raw.get("constraints"), str(path))
-    noise = raw.get("noise") or {}
-    if not isinstance(noise, dict) or set(noise) - NOISE_KEYS:
-        raise _err(path, "noise", f"known keys: {', '.join(sorted(NOISE_KEYS))}")
-    budget_raw = raw.get("budget") or {}
-    if not isinstance(budget_raw, dict) or set(budget_raw) - BUDGET_KEYS:
-        raise _err(path, "budget", f"known keys: {', '.join(sorted(BUDGET_KEYS))}")
+    b, n = model.budget, model.noise
     until = None
-    if budget_raw.get("until") is not None:
-        m = re.fullmatch(r"(\d{1,2}):(\d{2})", str(budget_raw["until"]).strip())
+    if b.until is not None:
+        m = re.fullmatch(r"(\d{1,2}):(\d{2})", str(b.until).strip())
         if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
-            raise _err(path, "budget.until", f"{budget_raw['until']!r} is not a time of day like \"07:00\"")
+            raise _err(path, "budget.until", f"{b.until!r} is not a time of day like \"07:00\"")
         until = (int(m.group(1)), int(m.group(2)))
-    try:
-        budget = Budget(until=until, hours=float(budget_raw["hours"]) if budget_raw.get("hours") is not None else None,
-                        max_arms=int(budget_raw["max_arms"]) if budget_raw.get("max_arms") is not None else None,
-                        timezone=budget_raw.get("timezone"))
-        plan = SearchPlan(objective=objective, constraints=constraints,
-                          recheck_every=int(noise.get("recheck_every", 6)),
-                          min_effect=float(noise.get("min_effect", 0.02)),
-                          confirm=bool(noise.get("confirm", True)),
-                          prune_below=float(noise.get("prune_below", 0.30)), budget=budget,
-                          mode=str(raw.get("search", "one-change")))
-    except (TypeError, ValueError):
-        raise _err(path, "noise/budget", "values must be numbers (hours, max_arms, recheck_every, min_effect)") from None
-    if plan.mode not in MODES:
-        raise _err(path, "search", f"{plan.mode!r} is not one of {', '.join(MODES)}")
-    if budget.max_arms is not None and budget.max_arms < 1:
-        raise _err(path, "budget.max_arms", "must be at least 1")
-    if budget.hours is not None and budget.hours <= 0:
-        raise _err(path, "budget.hours", "must be positive (a deadline in the past starts nothing)")
-    return plan
+    budget = Budget(until=until, hours=None if b.hours is None else float(b.hours), max_arms=b.max_arms,
+                    timezone=b.timezone)
+    return SearchPlan(objective=objective, constraints=constraints, recheck_every=n.recheck_every,
+                      min_effect=float(n.min_effect), confirm=n.confirm, prune_below=float(n.prune_below),
+                      budget=budget, mode=model.search, error_rate=float(n.error_rate))
 
 
-def _measure(path: Path, raw: dict):
-    from arms.measure import MeasurePlan
-
-    m = raw.get("measure") or {}
-    if not isinstance(m, dict):
-        raise _err(path, "measure", "must be a mapping (depths, runs, warm_tokens, max_tokens, ...)")
-    for k in m:
-        if k not in MEASURE_KEYS:
-            raise _err(path, f"measure.{k}", f"unknown key (known: {', '.join(sorted(MEASURE_KEYS))})")
-    kw = {k: v for k, v in m.items() if k not in ("telemetry", "sweep", "link_gbs", "probe_interval_s", "membw_gbs")}
-    if "depths" in kw:
-        if not isinstance(kw["depths"], list):
-            raise _err(path, "measure.depths", "must be a list of prompt lengths in tokens, e.g. [166, 1087, 4064]")
-        kw["depths"] = tuple(kw["depths"])
-    try:
-        return MeasurePlan(**kw)
-    except (ConfigError, TypeError) as e:
-        raise _err(path, "measure", str(e)) from None
+def check_host(camp: Campaign, shape: Shape, family: str | None = None) -> None:
+    """Every path the shape needs on this host (mount sources, devices, a writable compile cache,
+    llama.cpp's model file), all errors at once, each at its own line of the campaign file."""
+    if family is None:
+        family = "llamacpp" if _style(camp.engine, camp.profile_overrides) == "llamacpp" else "vllm"
+    errors = host_path_errors(camp.path, camp.raw, shape, family, lines_of(camp.path))
+    if errors:
+        raise CampaignInvalid(errors)
 
 
-def check_paths(shape: Shape) -> None:
-    """Mount sources and device paths must exist before any container starts."""
+def check_paths(shape: Shape, camp: Campaign | None = None) -> None:
+    """Mount sources and device paths must exist before any container starts; the compile cache
+    is created. With ``camp``, ``check_host`` first: each error at its line of the campaign file."""
+    if camp is not None:
+        check_host(camp, shape)
     for m in shape.mounts:
         if m.target == COMPILE_CACHE_TARGET and not m.read_only:
-            Path(m.source).mkdir(parents=True, exist_ok=True)    # the compile cache is ours to create
+            try:
+                Path(m.source).mkdir(parents=True, exist_ok=True)    # the compile cache is ours to create
+            except OSError as e:
+                raise ConfigError(f"compile cache {m.source}: cannot create it ({e.strerror or e}); "
+                                  "give a folder this user can write") from None
         elif not Path(m.source).exists():
             raise ConfigError(f"mount source {m.source} (-> {m.target}) does not exist on this host")
     for d in shape.devices:

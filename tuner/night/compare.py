@@ -40,6 +40,7 @@ from statistics import NormalDist
 
 _N = NormalDist()
 ERROR_RATE = 0.01          # noise.error_rate's default: the chance a night promotes anything not truly better
+MIN_EFFECT = 0.02          # noise.min_effect's default: the smallest gain worth a move
 DISTURBED = math.log(3)    # a run this far from its boot's median rate at its depth was disturbed
 SIGMA_FLOOR = 0.004        # a relative sigma below this is not believed (three identical runs)
 DRIFT_Z = 2.0              # a drift is corrected for once its slope is this many standard errors from 0
@@ -249,7 +250,7 @@ def look_alpha(alpha: float, k: int, planned: int, peeks: int = 1) -> float:
 
 
 def compare(challenger: Side, incumbent: Side, *, alpha: float, drop_alpha: float = 0.05,
-            min_effect: float = 0.02, drift: Drift | None = None) -> Comparison | None:
+            min_effect: float = MIN_EFFECT, drift: Drift | None = None) -> Comparison | None:
     """The test over every sample so far; None when the two sides share no depth with 2+ runs.
     ``drift``: the night's drift (``estimate_drift``), corrected for when it is clearly there."""
     drift_var, drift_per_h = 0.0, None

@@ -4,10 +4,7 @@ campaign folder) is reconciled to it at every start, so the two never disagree a
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -19,19 +16,21 @@ from arms.errors import ConfigError
 from arms.host import Host
 from arms.lifecycle import crashpoint, sweep_orphans
 from arms.profiles import EngineProfile
-from arms.secrets import Sealer
+from arms.verdict import untrusted
 
 from tuner.night.arm_runner import ArmRunner, log_verdict
-from tuner.night.compare import ERROR_RATE, Side, compare, estimate_drift, look_alpha
+from tuner.night.compare import Side, compare, estimate_drift, look_alpha
+from tuner.night.ending import (NoResult, continue_night, deadline_from, final_end, judged_start,  # noqa: F401
+                                 no_result)
 from tuner.night.sampler import OneChangeSampler, told_as, trial_of
 from tuner.night.sampler import tell as sampler_tell
 from arms import values
 from tuner.night.guard import Guard
 from tuner.night.journal import Journal, refuse_orphaned
-from tuner.night.search import Proposal, apply, by_constraint, propose
+from tuner.night.search import Proposal, apply, propose
 from tuner.night.state import Replay, State
 from tuner.night.study import open_study, sync_study
-from tuner.night.verdict import Score
+from tuner.night.verdict import Score, promotes
 
 log = logging.getLogger("tuner.loop")
 EXTEND_CAP = 4        # a challenger's boot measures at most this many times the plan's runs
@@ -39,8 +38,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def campaign_hash(camp) -> str:
-    blob = json.dumps(camp.raw, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return camp.identity()
 
 
 @dataclass
@@ -51,33 +49,39 @@ class Summary:
     incumbent_objective: float | None
     moves: int
     verdict: str | None = None      # "no shape satisfies …" when the constraints were never met
+    no_result: NoResult | None = None   # the night learned nothing (tuner/night/ending.py): why, and the evidence
 
 
 class CampaignLoop:
+    """``deadline``: the host-clock deadline a *new* night gets (``deadline_from``); a night that
+    started before keeps the one it journaled (``self.deadline`` is the night's, on the host
+    clock). ``simulated``: journaled in campaign_start (default: whether ``host`` says it is)."""
+
     def __init__(self, camp, host: Host, profile: EngineProfile, *, deadline: float | None = None,
                  max_arms: int | None = None, force_resume: bool = False, stop: Callable[[], bool] | None = None,
-                 on_arm: Callable[[State, dict], None] | None = None):
+                 on_arm: Callable[[State, dict], None] | None = None, simulated: bool | None = None):
         self.camp, self.host, self.profile = camp, host, profile
-        self.deadline, self.max_arms, self.force = deadline, max_arms, force_resume
+        self.max_arms, self.force = max_arms, force_resume
+        self.simulated = bool(getattr(host, "simulated", False)) if simulated is None else simulated
         self.stop = stop or (lambda: False)
         self.on_arm = on_arm
         self.drift_correction = False       # compare.estimate_drift: off, bench/results/drift.md says why
         folder = camp.folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.journal = Journal(folder / "journal.jsonl", clock=host.wall, sealer=Sealer.of(camp.baseline, camp.raw))
-        try:
-            er = self.error_rate
-        except (TypeError, ValueError):
-            er = None
-        if er is None or not 0 < er < 0.5:
-            raise ConfigError(f"{camp.path}: key 'noise.error_rate': {(camp.raw.get('noise') or {}).get('error_rate')!r} "
-                              "is not a probability in (0, 0.5); give e.g. 0.05 (the chance a night promotes "
-                              "anything that is not truly better)")
+        self.journal = Journal(folder / "journal.jsonl", clock=host.wall, sealer=camp.sealer())
+        self._set_clock_and_deadline(deadline)
         self.sampler = OneChangeSampler() if camp.search.mode != "joint" else None
         self.study = open_study(folder / "optuna.journal", camp.name, sampler=self.sampler,
                                 metric=str(camp.search.objective))
         self.runner = ArmRunner.for_campaign(camp, host, profile)
         self.choices = ["(incumbent)"] + sorted(camp.levers)
+
+    def _set_clock_and_deadline(self, proposed: float | None) -> None:
+        """A simulated host's clock continues from the journal's last time; the deadline is the
+        night's, fixed at its start (tuner/night/ending.py)."""
+        self.deadline_wall, self.deadline = continue_night(self.journal.records, self.host, self.camp.search.budget,
+                                                           proposed)
+        self._judgeable = False        # the starting shape gave something to judge against (ending.no_result)
 
     def _replay(self) -> State:
         """The campaign state, folded incrementally from the journal (the records since last time)."""
@@ -90,15 +94,16 @@ class CampaignLoop:
         h = campaign_hash(self.camp)
         started = next((r for r in self.journal.records if r["op"] == "campaign_start"), None)
         if started and started.get("campaign_hash") != h and not self.force:
-            old = started.get("campaign", {})
-            diff = sorted(k for k in set(old) | set(self.camp.raw) if old.get(k) != self.camp.raw.get(k))
+            old, new = started.get("campaign", {}), self.camp.record()
+            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             raise ConfigError(f"{self.camp.folder} was written by a different campaign file (keys that differ: "
                               f"{', '.join(diff) or 'none at top level'}); pass --force-resume to continue it anyway")
         if not started:
             refuse_orphaned(self.camp.folder, self.journal)
-            self.journal.append("campaign_start", campaign_hash=h, campaign=json.loads(json.dumps(self.camp.raw, default=str)),
+            self.journal.append("campaign_start", campaign_hash=h, campaign=self.camp.record(),
                                 file=str(self.camp.path.resolve()), baseline=self.camp.baseline.to_dict(),
-                                baseline_identity=self.camp.baseline.key())
+                                baseline_identity=self.camp.baseline.key(), deadline=self.deadline_wall,
+                                simulated=self.simulated)
         else:
             self.journal.append("note", text="resumed", campaign_hash=h)
         removed = sweep_orphans(self.host, self.camp.name)
@@ -110,10 +115,7 @@ class CampaignLoop:
             log.warning("[arm %s VERDICT interrupted] resumed after a crash", a.n)
         st = self._replay()
         for a in st.finished():       # a confirmed win whose promotion the crash cut off
-            c = (a.end or {}).get("compare")
-            won = c["verdict"] == "better" and c["boots"][0] >= 2 if c else \
-                (a.kind == "confirm" and a.verdict == "better") or (a.kind == "probe" and by_constraint(a.end))
-            if a.change and won and a.incumbent == st.incumbent.key():
+            if a.change and promotes(a.kind, a.end, (a.end or {}).get("compare")) and a.incumbent == st.incumbent.key():
                 self._promote(st, a.n)
                 st = self._replay()
         self._reconcile_optuna(st)
@@ -146,8 +148,7 @@ class CampaignLoop:
             sampler_tell(self.study, trial, *told_as(end, moved, max(done) if done else None))
             return
         obj = (end.get("score") or {}).get("objective")
-        ok = end.get("verdict") not in ("interrupted", "invalid", "corrupt") and not str(end.get("verdict", "")).startswith("boot-failed")
-        if ok and obj is not None:
+        if not untrusted(end.get("verdict")) and obj is not None:
             self.study.tell(trial, obj)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
@@ -164,6 +165,9 @@ class CampaignLoop:
         return trial.number
 
     def run(self) -> Summary:
+        done = self._already_ended()
+        if done is not None:
+            return done
         st = self._start()
         guard = Guard(self.camp.production, self.host, self.journal)
         guard.enter()
@@ -172,12 +176,38 @@ class CampaignLoop:
         finally:
             guard.exit()
 
+    def _already_ended(self) -> Summary | None:
+        """The night's summary, writing nothing, when it ended and nothing can resume it
+        (``ending.final_end``): a re-run of a finished night leaves its journal as it was."""
+        past = self.deadline is not None and self.host.now() >= self.deadline
+        end = final_end(self.journal.records, campaign_hash(self.camp), past)
+        if end is None:
+            return None
+        st = self._replay()
+        log.info("[campaign END] already ended (%s) after %d arms: nothing to resume", end.get("reason"), len(st.arms))
+        return Summary(str(end.get("reason")), len(st.arms), st.incumbent.key(), st.incumbent_value, len(st.moves),
+                       end.get("verdict"), NoResult.from_dict(end.get("no_result")))
+
+    def _no_result(self, st: State) -> NoResult | None:
+        """``ending.no_result``, asked until the starting shape gave something to judge against."""
+        cons = bool(self.camp.search.constraints)
+        if self._judgeable or judged_start(st, cons):
+            self._judgeable = True
+            return None
+        boots = 2 if self.camp.search.recheck_every and self.camp.search.mode != "joint" else 1
+        return no_result(st, boots=boots, objective=str(self.camp.search.objective), constraints=cons)
+
     def _loop(self, st: State) -> Summary:
         arms_run = 0
         reason = "converged: no one-change neighbour left to try"
+        nr = None
         while True:
             if self.stop():
                 reason = "stopped"
+                break
+            nr = self._no_result(st)
+            if nr is not None:
+                reason = f"no result: {nr.cause}"        # the evidence line is in no_result
                 break
             if self.deadline is not None and self.host.now() >= self.deadline:
                 reason = "deadline reached"
@@ -202,15 +232,16 @@ class CampaignLoop:
         self.journal.append("campaign_end", reason=reason, arms=len(st.arms),
                             incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict,
                             error_rate=self.error_rate, undecided=self._undecided(st),
-                            judged=st.judged(self.camp.search.min_effect))
+                            judged=st.judged(self.camp.search.min_effect),
+                            **({"no_result": nr.to_dict()} if nr else {}))
         log.info("[campaign END] %s after %d arms%s", reason, len(st.arms), f" — {verdict}" if verdict else "")
         return Summary(reason, len(st.arms), st.incumbent.key(), st.incumbent_value,
-                       len(st.moves), verdict)
+                       len(st.moves), verdict, nr)
 
     # -- sequential comparisons (tuner/night/compare.py) -------------------------------------------
     @property
     def error_rate(self) -> float:
-        return float((self.camp.raw.get("noise") or {}).get("error_rate", ERROR_RATE))
+        return self.camp.search.error_rate
 
     def _planned_looks(self) -> int:
         return 3 * sum(max(1, len(lv.values) - 1) for lv in self.camp.levers.values())
@@ -360,9 +391,7 @@ class CampaignLoop:
             self.journal.append("incumbent", arm=n, shape=shape.to_dict(), identity=shape.key(), score=rec["score"],
                                 samples=[rec["score"]["objective"]], change=None, previous=st.incumbent.key(),
                                 confirmed_arms=[n])
-        if (cmp is not None and cmp.verdict == "better" and cmp.boots[0] >= 2) or \
-                (cmp is None and p.kind == "confirm" and rec.get("verdict") == "better") or \
-                (cmp is None and p.kind == "probe" and by_constraint(rec)):
+        if promotes(p.kind, rec, rec.get("compare") if cmp is not None else None):
             self._promote(self._replay(), n)
             crashpoint("incumbent", n)
         self._tell(trial, rec)
@@ -399,11 +428,4 @@ class CampaignLoop:
         return (end.get("measurement") or {}).get("depths")
 
 
-def deadline_from(budget, host_now: float, wall_now: float | None = None) -> float | None:
-    """The host-clock deadline for `until` (HH:MM, next occurrence) or `hours`."""
-    if budget.hours is not None:
-        return host_now + budget.hours * 3600
-    if budget.until is None:
-        return None
-    wall_now = time.time() if wall_now is None else wall_now
-    return host_now + (budget.until_epoch(wall_now) - wall_now)     # DST-safe (zoneinfo)
+__all__ = ["CampaignLoop", "Summary", "campaign_hash", "deadline_from"]

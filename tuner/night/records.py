@@ -33,6 +33,9 @@ class CampaignStart(Record):
     baseline: dict | None = None
     campaign_hash: str | None = None
     baseline_identity: str | None = None     # the real baseline's key (its journaled copy is sealed)
+    deadline: float | None = None            # the night's deadline, epoch s on the journal's clock (fixed
+                                             #   at the start; a resume keeps it); absent before it was journaled
+    simulated: bool | None = None            # run on a simulated host (`tuner run --simulated`): never promoted
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class Guard(Record):
 @dataclass(frozen=True)
 class CampaignEnd(Record):
     reason: str | None = None
+    no_result: dict | None = None            # {"cause", "evidence"}: a night that learned nothing (loop.NoResult)
     judged: dict | None = None               # the final incumbent value and band (State.judged)
     error_rate: float | None = None
 
@@ -110,7 +114,8 @@ REQ = object()
 # op -> (type, {field: (python type, REQ or the default)})
 TYPES: dict[str, tuple[type, dict[str, tuple[Any, Any]]]] = {
     "campaign_start": (CampaignStart, {"baseline": (dict, None), "campaign_hash": (str, None),
-                                       "baseline_identity": (str, None)}),
+                                       "baseline_identity": (str, None), "deadline": (float, None),
+                                       "simulated": (bool, None)}),
     "arm_start": (ArmStart, {"arm": (int, REQ), "kind": (str, REQ), "shape": (dict, REQ), "incumbent": (str, REQ),
                              "change": (list, None), "trial": (int, None), "identity": (str, None),
                              "judged": (dict, None), "params": (dict, None)}),
@@ -120,7 +125,8 @@ TYPES: dict[str, tuple[type, dict[str, tuple[Any, Any]]]] = {
                                   "samples": (list, []), "identity": (str, None)}),
     "compare": (Compare, {"arm": (int, REQ), "comparison": (dict, REQ), "change": (list, None)}),
     "guard": (Guard, {}),
-    "campaign_end": (CampaignEnd, {"reason": (str, None), "judged": (dict, None), "error_rate": (float, None)}),
+    "campaign_end": (CampaignEnd, {"reason": (str, None), "judged": (dict, None), "error_rate": (float, None),
+                                   "no_result": (dict, None)}),
     "note": (Note, {}),
     "promotion": (Promotion, {}),
 }

@@ -23,6 +23,7 @@ from optuna.trial import TrialState
 
 
 from arms import values
+from arms.verdict import untrusted
 from tuner.night.search import Proposal
 
 
@@ -60,8 +61,7 @@ def told_as(end: dict, moved: dict | None, previous_value: float | None) -> tupl
     """(state, value) to tell for an arm; ``moved``: the incumbent record it made, if any;
     ``previous_value``: the incumbent's chained value before it (None: this is the first)."""
     obj = (end.get("score") or {}).get("objective")
-    verdict = str(end.get("verdict", ""))
-    if verdict in ("interrupted", "invalid", "corrupt") or verdict.startswith("boot-failed") or obj is None:
+    if untrusted(end.get("verdict")) or obj is None:
         return TrialState.FAIL, None
     if previous_value is None and end.get("kind", "baseline") == "baseline":
         return TrialState.COMPLETE, obj

@@ -4,7 +4,9 @@
 listing each error as ``FILE:LINE: KEY: what was expected, got what (the fix)``. It contacts no
 service: types and ranges come from the pydantic models below (strict: ``'false'`` is not a bool,
 ``2.7`` is not an integer), the meaning of each section from the same constructors the campaign
-uses (levers, the baseline shape, the objective), lever names from the engine profile's ``flags``.
+uses (levers, the baseline shape, the objective), lever names from the engine profile's ``flags``,
+and what would waste a night or break on a path from ``tuner.night.precheck``. The file is read
+by ``tuner.night.campaign_file`` (size, UTF-8, depth and alias limits before any YAML is built).
 ``json_schema()`` is the JSON Schema editors use (``tuner schema``; docs/campaign.schema.json).
 """
 from __future__ import annotations
@@ -16,16 +18,18 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from arms.boot import BootLimits
 from arms.errors import ConfigError
-
-from tuner.night.compare import ERROR_RATE
+from arms.measure import MeasurePlan
+from arms.sweep import SweepPlan
+from tuner.night import precheck
+from tuner.night.campaign_file import MAX_BYTES, MAX_DEPTH, MAX_NODES, Lines, key_text, read_yaml  # noqa: F401
+from tuner.night.compare import ERROR_RATE, MIN_EFFECT
 
 log = logging.getLogger("tuner.campaign")
 
-MAX_NODES = 20_000          # a campaign is a few hundred YAML nodes; aliases expanding past this are refused
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 PosFloat = Annotated[float, Field(gt=0)]
@@ -51,20 +55,43 @@ class Baseline(_Model):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+# The defaults of the arm-level plans live once, in their dataclasses (arms/boot.py, arms/measure.py,
+# arms/sweep.py: an arm can be run without a campaign); these models read them, and ``limits()`` /
+# ``plan()`` build the plans the arms run.
 class Boot(_Model):
-    timeout_s: PosFloat = 1200.0
-    hang_s: PosFloat = 600.0
-    poll_s: PosFloat = 1.0
+    timeout_s: PosFloat = BootLimits.timeout_s
+    hang_s: PosFloat = BootLimits.hang_s
+    poll_s: PosFloat = BootLimits.poll_s
+
+    def limits(self) -> BootLimits:
+        return BootLimits(timeout_s=self.timeout_s, hang_s=self.hang_s, poll_s=self.poll_s)
+
+
+class Sweep(_Model):
+    """The concurrency sweep (arms/sweep.py; seeds 000/001): goodput at the SLO per arm."""
+    levels: list[PosInt] = Field(default=list(SweepPlan.levels), min_length=1)
+    duration_s: PosFloat = SweepPlan.duration_s
+    output_tokens: Annotated[int, Field(ge=2)] = SweepPlan.output_tokens
+    slo_ttft_s: PosFloat = SweepPlan.slo_ttft_s
+    slo_tpot_s: PosFloat = SweepPlan.slo_tpot_s
+    prompt_tokens: PosInt = SweepPlan.prompt_tokens
+    request_timeout_s: PosFloat = SweepPlan.request_timeout_s
+    idle_timeout_s: PosFloat = SweepPlan.idle_timeout_s
+    max_requests_per_level: PosInt = SweepPlan.max_requests_per_level
+    knee_tolerance: Fraction = SweepPlan.knee_tolerance
+
+    def plan(self) -> SweepPlan:
+        return SweepPlan(**{**self.model_dump(), "levels": tuple(self.levels)})
 
 
 class Measure(_Model):
-    depths: list[PosInt] = Field(default=[166, 1087, 4064], min_length=1)
-    runs: PosInt = 3
-    warm_tokens: Annotated[int, Field(ge=0)] = 64
-    max_tokens: PosInt = 256
-    run_timeout_s: PosFloat = 300.0
-    idle_timeout_s: PosFloat = 60.0
-    max_invalid_per_depth: Annotated[int, Field(ge=0)] = 1
+    depths: list[PosInt] = Field(default=list(MeasurePlan.depths), min_length=1)
+    runs: PosInt = MeasurePlan.runs
+    warm_tokens: Annotated[int, Field(ge=0)] = MeasurePlan.warm_tokens
+    max_tokens: PosInt = MeasurePlan.max_tokens
+    run_timeout_s: PosFloat = MeasurePlan.run_timeout_s
+    idle_timeout_s: PosFloat = MeasurePlan.idle_timeout_s
+    max_invalid_per_depth: Annotated[int, Field(ge=0)] = MeasurePlan.max_invalid_per_depth
     telemetry: bool = False
     link_gbs: PosFloat | None = None
     membw_gbs: PosFloat | None = Field(None, description="host memory bandwidth in GB/s for the report's roofline "
@@ -73,19 +100,18 @@ class Measure(_Model):
     sweep: bool | Sweep | None = Field(None, description="true or the sweep's settings: every measured arm runs "
                                                           "the concurrency sweep (always with goodput_at_slo)")
 
+    def plan(self) -> MeasurePlan:
+        """The arms' measurement plan (arms.measure.MeasurePlan)."""
+        return MeasurePlan(depths=tuple(self.depths), runs=self.runs, warm_tokens=self.warm_tokens,
+                           max_tokens=self.max_tokens, run_timeout_s=self.run_timeout_s,
+                           idle_timeout_s=self.idle_timeout_s, max_invalid_per_depth=self.max_invalid_per_depth)
 
-class Sweep(_Model):
-    """The concurrency sweep (arms/sweep.py; seeds 000/001): goodput at the SLO per arm."""
-    levels: list[PosInt] = Field(default=[1, 2, 4, 8, 16, 32, 64], min_length=1)
-    duration_s: PosFloat = 20.0
-    output_tokens: Annotated[int, Field(ge=2)] = 200
-    slo_ttft_s: PosFloat = 1.0
-    slo_tpot_s: PosFloat = 0.050
-    prompt_tokens: PosInt = 166
-    request_timeout_s: PosFloat = 120.0
-    idle_timeout_s: PosFloat = 60.0
-    max_requests_per_level: PosInt = 5000
-    knee_tolerance: Fraction = 0.05
+    def sweep_plan(self, objective_kind: str) -> SweepPlan | None:
+        """The concurrency sweep every measured arm runs: ``sweep`` (true or its settings), and
+        always when the objective is goodput_at_slo; else None."""
+        if self.sweep in (None, False) and objective_kind != "goodput_at_slo":
+            return None
+        return (self.sweep if isinstance(self.sweep, Sweep) else Sweep()).plan()
 
 
 class Concurrency(_Model):
@@ -106,9 +132,9 @@ class Budget(_Model):
     max_arms: PosInt | None = None
 
 
-class Noise(_Model):
+class Noise(_Model):          # how sure a move must be: the one place of the search's defaults
     recheck_every: PosInt = 6
-    min_effect: Fraction = 0.02
+    min_effect: Fraction = MIN_EFFECT
     confirm: bool = True
     prune_below: Fraction = 0.30
     error_rate: float = Field(ERROR_RATE, gt=0, lt=0.5, description="the chance a night promotes anything that is not "
@@ -159,6 +185,37 @@ def json_schema() -> dict:
     return CampaignModel.model_json_schema()
 
 
+class Journaled:
+    """A journaled campaign (campaign_start's ``campaign``) read back through the same models, for
+    the readers of a folder (status, report, promote). Each section on its own: a section an older
+    tuner accepted and this one refuses reads as its defaults, never as an error of the morning."""
+
+    def __init__(self, raw: dict | None):
+        self.raw = dict(raw or {})
+        self.noise: Noise = self._section(Noise, "noise")
+        self.measure: Measure = self._section(Measure, "measure")
+        self.budget: Budget = self._section(Budget, "budget")
+        self.boot: Boot = self._section(Boot, "boot")
+
+    def _section(self, model, key: str):
+        try:
+            return model.model_validate(self.raw.get(key) or {}, strict=False)
+        except ValidationError:
+            return model()
+
+    @property
+    def name(self) -> str | None:
+        return self.raw.get("name")
+
+    @property
+    def engine(self) -> str:
+        return str(self.raw.get("engine") or CampaignModel.model_fields["engine"].default)
+
+    @property
+    def objective(self) -> str:
+        return str(self.raw.get("objective") or CampaignModel.model_fields["objective"].default)
+
+
 # -- errors --------------------------------------------------------------------------------
 class CampaignInvalid(ConfigError):
     """Every error of one campaign file, one ``FILE:LINE: KEY: message`` line each."""
@@ -168,104 +225,7 @@ class CampaignInvalid(ConfigError):
         super().__init__("\n".join(self.errors))
 
 
-class _Lines:
-    """YAML line of each key path, from the composed node tree (no construction)."""
-
-    def __init__(self, root: yaml.Node | None):
-        self.at: dict[tuple, int] = {(): 1}
-        if root is not None:
-            self._walk(root, (), set())
-
-    def _walk(self, node, path: tuple, active: set) -> None:
-        if id(node) in active:
-            return
-        active = active | {id(node)}
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                key = (*path, k.value if isinstance(k, yaml.ScalarNode) else str(k.start_mark.line))
-                self.at.setdefault(key, k.start_mark.line + 1)
-                self._walk(v, key, active)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                self.at.setdefault((*path, i), v.start_mark.line + 1)
-                self._walk(v, (*path, i), active)
-
-    def line(self, loc: tuple) -> tuple[int, tuple]:
-        """(line, the part of ``loc`` that names a key in the file)."""
-        path: tuple = ()
-        for part in loc:
-            key = (*path, part)
-            if key in self.at:
-                path = key
-            elif isinstance(part, str) and (*path, _int(part)) in self.at:
-                path = (*path, _int(part))
-        return self.at.get(path, 1), path
-
-
-def _int(text: str):
-    return int(text) if text.isdigit() else text
-
-
-def _expanded_size(root: yaml.Node) -> int:
-    """Nodes the document expands to with its aliases followed; stops counting past MAX_NODES."""
-    memo: dict[int, int] = {}
-
-    def size(node, depth: int) -> int:
-        if id(node) in memo:
-            return memo[id(node)]
-        if depth > 200:
-            return MAX_NODES + 1
-        memo[id(node)] = MAX_NODES + 1           # a node reached again while open: a cycle
-        if isinstance(node, yaml.MappingNode):
-            n = 1 + sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            n = 1 + sum(size(v, depth + 1) for v in node.value)
-        else:
-            n = 1
-        memo[id(node)] = n = min(n, MAX_NODES + 1)
-        return n
-
-    return size(root, 0)
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML that refuses a key given twice (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = {}
-        for knode, _ in node.value:
-            key = self.construct_object(knode, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key '{key}' is given twice (first on line {seen[key] + 1}); keep one",
-                    knode.start_mark)
-            seen[key] = knode.start_mark.line
-        return super().construct_mapping(node, deep=deep)
-
-
-def read_yaml(path: Path) -> tuple[Any, _Lines]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file; give a campaign YAML file (or, where a command takes one, "
-                          "the campaign's folder journal/NAME)") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the campaign file: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file (a campaign is YAML)") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        if node is not None and _expanded_size(node) > MAX_NODES:
-            raise ConfigError(f"{path}: its YAML aliases expand to more than {MAX_NODES:,} values; "
-                              "a campaign needs no alias bombs — write the values out")
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{where}: not valid YAML: {getattr(e, 'problem', None) or e}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: YAML nested too deeply") from None
-    return raw, _Lines(node)
+_Lines = Lines                 # the key -> line map (tuner/night/campaign_file.py)
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -325,7 +285,7 @@ class Report:
 
     def _at(self, loc: tuple) -> tuple[int, str]:
         line, _ = self.lines.line(loc)
-        return line, ".".join(str(p) for p in loc)
+        return line, key_text(loc)
 
     def error(self, loc: tuple, why: str) -> None:
         line, key = self._at(loc)
@@ -338,6 +298,13 @@ class Report:
 
 def validate(path: str | os.PathLike) -> tuple[dict, list[str]]:
     """The raw campaign mapping and its warnings; CampaignInvalid with every error otherwise."""
+    raw, _, warnings = validated(path)
+    return raw, warnings
+
+
+def validated(path: str | os.PathLike) -> tuple[dict, CampaignModel, list[str]]:
+    """The raw mapping (journaled as written), the typed config and the warnings; CampaignInvalid
+    with every error otherwise."""
     p = Path(path)
     raw, lines = read_yaml(p)
     rep = Report(p, lines)
@@ -360,7 +327,7 @@ def validate(path: str | os.PathLike) -> tuple[dict, list[str]]:
         for w in rep.warnings:
             log.warning("%s", w)
         raise CampaignInvalid(sorted(rep.errors, key=_line_no))
-    return raw, rep.warnings
+    return raw, model, rep.warnings
 
 
 def _line_no(error: str) -> int:
@@ -422,8 +389,8 @@ def _semantic(raw: dict, model: CampaignModel | None, rep: Report) -> None:
         _until(budget, rep)
         if budget.get("hours") is not None and budget.get("until") is not None:
             rep.error(("budget", "hours"), "give until or hours, not both")
-    _journal(raw, rep)
     profile_flags = _profile_flags(raw, rep)
+    precheck.check(raw, rep, profile_flags)
     levers = raw.get("levers")
     if not isinstance(levers, dict):
         if levers is not None:
@@ -500,29 +467,6 @@ def _until(budget: dict, rep: Report) -> None:
             ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError):
             rep.error(("budget", "timezone"), f"{tz!r} is not an IANA time zone like Europe/Berlin")
-
-
-def _journal(raw: dict, rep: Report) -> None:
-    j = raw.get("journal", "journal")
-    if not isinstance(j, str):
-        return
-    q = Path(os.path.expanduser(j))
-    q = q if q.is_absolute() else rep.path.parent / q
-    probe = q
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    resolved = str(probe.resolve())
-    pseudo = any(resolved == d or resolved.startswith(d + "/") for d in ("/proc", "/sys", "/dev"))
-    if probe.exists() and (not probe.is_dir() or pseudo or not os.access(probe, os.W_OK | os.X_OK)):
-        why = "is not a folder" if not probe.is_dir() else "cannot hold files" if pseudo else "is not writable"
-        rep.error(("journal",), f"{j!r}: {probe} {why}; give a folder this user can write, e.g. journal: ./journal")
-    elif probe.exists() and probe.is_dir():
-        try:
-            st = os.statvfs(probe)
-        except OSError:
-            return
-        if st.f_flag & os.ST_RDONLY:
-            rep.error(("journal",), f"{j!r}: {probe} is on a read-only file system; give a writable folder")
 
 
 def lines_of(path: str | os.PathLike) -> _Lines:

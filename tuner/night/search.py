@@ -32,7 +32,9 @@ from arms.shape import Lever, Shape
 
 from arms import values
 from arms.values import decode as decode_value, encode as encode_value  # noqa: F401 - the codec's names, for importers
+from arms.verdict import Verdict
 from tuner.night.state import MEMORY, STRUCTURAL, State
+from tuner.night.verdict import by_constraint
 
 _N = NormalDist()
 BOOTS_CAP = 3            # boots of one challenger at one incumbent before it is called undecided
@@ -147,7 +149,7 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
             tie = order / 1e6
             if tries:
                 last = tries[-1]
-                if c is None or c.get("verdict") != "undecided" or c["boots"][0] >= BOOTS_CAP:
+                if c is None or c.get("verdict") != Verdict.UNDECIDED or c["boots"][0] >= BOOTS_CAP:
                     continue                    # decided here (or a failure here): re-examined later
                 mu, se = c["effect"], c["se"]
                 out.append((-expected_gain(mu, se, provable(c)) + tie, name, value,
@@ -172,7 +174,7 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
             elif past:
                 last = past[-1]
                 d = (last.end or {}).get("delta")
-                if d is None and last.verdict == "worse":
+                if d is None and last.verdict == Verdict.WORSE:
                     d = -0.3                    # pruned after its first depth, or no objective at all
                 mu, sigma = (d or 0.0), 0.04
                 why = f"{last.verdict} at an earlier incumbent"
@@ -202,22 +204,14 @@ def reexamine(state: State, levers: dict[str, Lever], cap: int) -> tuple[str, ob
     return best[1:] if best else None
 
 
-def by_constraint(end: dict | None) -> bool:
-    """A verdict the constraints decided (from the boot report's memory arithmetic, which a second
-    boot repeats exactly): no objective difference was measured."""
-    end = end or {}
-    return end.get("delta") is None and end.get("verdict") == "better" and "constraint" in str(end.get("reason", "")) \
-        or "meets the constraints" in str(end.get("reason", ""))
-
-
 def _pending_confirm(state: State, done) -> Proposal | None:
     inc = state.incumbent.key()
     for a in reversed(done):
-        if a.verdict == "interrupted" or a.kind in ("recheck", "start"):
+        if a.verdict == Verdict.INTERRUPTED or a.kind in ("recheck", "start"):
             continue              # a crash cut the confirmation short: confirm again
-        if a.kind in ("probe", "confirm") and a.verdict == "better" and a.incumbent == inc and by_constraint(a.end):
+        if a.kind in ("probe", "confirm") and a.verdict == Verdict.BETTER and a.incumbent == inc and by_constraint(a.end):
             break                 # promoted at once (resume: loop._start)
-        if a.kind in ("probe", "confirm") and a.verdict == "better" and a.incumbent == inc:
+        if a.kind in ("probe", "confirm") and a.verdict == Verdict.BETTER and a.incumbent == inc:
             c = next((r["comparison"] for r in reversed(state.comparisons) if r.get("arm") == a.n), None)
             if a.kind == "probe" or (c is not None and c["boots"][0] < 2):
                 return Proposal("confirm", a.change, why=f"confirm arm {a.n}: a second boot")
@@ -228,9 +222,9 @@ def _pending_confirm(state: State, done) -> Proposal | None:
 def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, confirm: bool = True,
             spend: bool = True) -> Proposal | None:
     done = state.finished()                    # in arm order
-    if not any(a.kind == "baseline" and a.verdict not in (None, "interrupted") for a in done):
+    if not any(a.kind == "baseline" and a.verdict not in (None, Verdict.INTERRUPTED) for a in done):
         return Proposal("baseline", why="measure the starting shape")
-    if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, "interrupted") for a in done):
+    if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, Verdict.INTERRUPTED) for a in done):
         return Proposal("recheck", why="re-measure the starting shape at once: the first noise estimate")
     if confirm:
         p = _pending_confirm(state, done)
@@ -248,7 +242,7 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
     if r is not None:
         return Proposal("probe", (r[0], r[1]), why=r[2])
     if state.incumbent != state.baseline:
-        starts = sum(1 for a in state.starts_at(state.incumbent.key()) if a.verdict not in (None, "interrupted"))
+        starts = sum(1 for a in state.starts_at(state.incumbent.key()) if a.verdict not in (None, Verdict.INTERRUPTED))
         if starts < HEAD_TO_HEAD:
             if state.arms_since_incumbent_measure() >= 1 and starts > 0:
                 return Proposal("recheck", why="head-to-head against the starting shape: the incumbent's turn")

@@ -14,6 +14,7 @@ from arms.shape import Shape
 
 from arms import values
 from tuner.night.records import ArmEnd, ArmStart, CampaignEnd, CampaignStart, Compare, Guard, IncumbentMove, Record, Told, decode
+from arms.verdict import Verdict, failure_class
 from tuner.night.verdict import NoiseBand, Score
 
 log = logging.getLogger("tuner.state")
@@ -152,7 +153,7 @@ class State:
         out: dict[str, list[tuple[float, dict]]] = {}
         for a in sorted(self.finished(), key=lambda a: a.n):
             m = (a.end or {}).get("measurement")
-            if m and a.verdict != "corrupt" and m.get("outcome") == "measured" and a.end.get("t") is not None:
+            if m and a.verdict != Verdict.CORRUPT and m.get("outcome") == "measured" and a.end.get("t") is not None:
                 out.setdefault(a.key, []).append((a.end["t"] / 3600.0, m))
         return out
 
@@ -188,19 +189,18 @@ class State:
             else:                       # out of order: the sum in arm order, afresh (rare)
                 var = [x.end["noise"] ** 2 for x in self._done if _number(x.end.get("noise"))]
                 self._var_sum, self._var_count, self._var_last = sum(var), len(var), self._done_n[-1]
-        if a.change and a.kind == "probe" and a.verdict != "interrupted":
+        if a.change and a.kind == "probe" and a.verdict != Verdict.INTERRUPTED:
             k = (a.change[0], values.text(a.change[1]))
             _insort(self._hist.setdefault(k, []), a)
             _insort(self._here.setdefault(a.incumbent, {}).setdefault(k, []), a)
-            v = a.verdict or ""
             corrupt, classes = self._fails.get(k, (False, set()))
-            if v.startswith("boot-failed:"):
-                classes.add(v.split(":", 1)[1])
-            self._fails[k] = (corrupt or v == "corrupt", classes)
+            if failure_class(a.verdict) is not None:
+                classes.add(failure_class(a.verdict))
+            self._fails[k] = (corrupt or a.verdict == Verdict.CORRUPT, classes)
         if a.kind == "start":
             _insort(self._starts.setdefault(a.incumbent, []), a)
         m = a.end.get("measurement")
-        if m and a.verdict != "corrupt" and m.get("outcome") == "measured":
+        if m and a.verdict != Verdict.CORRUPT and m.get("outcome") == "measured":
             got = self._meas.setdefault(a.shape, [])
             if got and got[-1][0] > a.n:
                 got.insert(bisect.bisect_right([x[0] for x in got], a.n), (a.n, m))
@@ -230,16 +230,16 @@ def from_scratch(st: State) -> dict:
     band = NoiseBand(tuple(st.samples), within=(sum(var) / len(var)) ** 0.5 if var else 0.0, pooled_arms=len(var))
     here: dict = {}
     for a in done:
-        if a.change and a.incumbent == st.incumbent_key and a.kind == "probe" and a.verdict != "interrupted":
+        if a.change and a.incumbent == st.incumbent_key and a.kind == "probe" and a.verdict != Verdict.INTERRUPTED:
             here.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
     hist: dict = {}
     for a in fin:
-        if a.change and a.kind == "probe" and a.verdict != "interrupted":
+        if a.change and a.kind == "probe" and a.verdict != Verdict.INTERRUPTED:
             hist.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
     meas: dict = {}
     for a in done:
         m = a.end.get("measurement")
-        if m and a.verdict != "corrupt" and m.get("outcome") == "measured":
+        if m and a.verdict != Verdict.CORRUPT and m.get("outcome") == "measured":
             meas.setdefault(a.shape, []).append(m)
     since = 0
     for a in reversed(done):
@@ -248,9 +248,8 @@ def from_scratch(st: State) -> dict:
         since += 1
     fails = {}
     for k, past in hist.items():
-        outcomes = [a.verdict or "" for a in past]
-        fails[k] = (any(v == "corrupt" for v in outcomes),
-                    frozenset(v.split(":", 1)[1] for v in outcomes if v.startswith("boot-failed:")))
+        fails[k] = (any(a.verdict == Verdict.CORRUPT for a in past),
+                    frozenset(failure_class(a.verdict) for a in past if failure_class(a.verdict) is not None))
     starts: dict = {}
     for a in done:
         if a.kind == "start":

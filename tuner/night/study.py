@@ -19,13 +19,13 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from arms import values
+from arms.verdict import untrusted
 from tuner.night.journal import repair_tail
 from tuner.night.sampler import told_as
 from tuner.night.state import State
 
 log = logging.getLogger("tuner.study")
 
-FAILED = ("interrupted", "invalid", "corrupt")
 
 
 def _storage(path: Path):
@@ -101,9 +101,8 @@ def _expected_all(st: State, choices: list[str], levers: dict) -> dict[int, dict
 def _expected(arm, choices: list[str], levers: dict, moved: dict | None = None, best: float | None = None) -> dict:
     """The trial an arm's ask + tell left in the study."""
     end = arm.end or {}
-    verdict = str(end.get("verdict") or "")
     obj = (end.get("score") or {}).get("objective")
-    ok = arm.end is not None and verdict not in FAILED and not verdict.startswith("boot-failed") and obj is not None
+    ok = arm.end is not None and not untrusted(end.get("verdict")) and obj is not None
     inter = {}
     if arm.kind == "joint":
         params = (arm.start or {}).get("params") or {

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from arms.errors import ConfigError
 
-from tuner.night.compare import runs_by_depth
+from arms.verdict import Verdict
+from tuner.night.compare import MIN_EFFECT, runs_by_depth
 
 OBJECTIVES = ("decode_geomean", "decode@DEPTH", "goodput_at_slo")
 
@@ -193,7 +194,7 @@ VIOLATION_TIE = 0.05   # among shapes that miss the constraints, closer by less 
                        # objective decides (a 262k window 1.5 % closer to the contract is not worth -8 % decode)
 
 
-def judge(arm: Score, incumbent: Score, band: NoiseBand, min_effect: float = 0.02) -> Judgement:
+def judge(arm: Score, incumbent: Score, band: NoiseBand, min_effect: float = MIN_EFFECT) -> Judgement:
     threshold = max(band.relative, min_effect)
     if arm.feasible != incumbent.feasible:
         v = "better" if arm.feasible else "worse"
@@ -212,3 +213,25 @@ def judge(arm: Score, incumbent: Score, band: NoiseBand, min_effect: float = 0.0
     if delta < -threshold:
         return Judgement("worse", delta, threshold)
     return Judgement("parity", delta, threshold)
+
+
+def by_constraint(end: dict | None) -> bool:
+    """A verdict the constraints decided (from the boot report's memory arithmetic, which a second
+    boot repeats exactly): no objective difference was measured."""
+    end = end or {}
+    return end.get("delta") is None and end.get("verdict") == Verdict.BETTER and "constraint" in str(end.get("reason", "")) \
+        or "meets the constraints" in str(end.get("reason", ""))
+
+
+def promotes(kind: str, end: dict | None, comparison: dict | None) -> bool:
+    """The promotion rule: does this arm move the incumbent to its shape?
+
+    - a challenger compared with the incumbent: when the comparison is ``better`` at the night's
+      error rate *and* rests on two boots of the challenger or more (a confirming boot agreed);
+    - without a comparison (an objective that is not decode): a ``better`` confirming arm;
+    - a probe the constraints decided (``by_constraint``): at once — a second boot repeats the
+      memory arithmetic exactly.
+    """
+    if comparison is not None:
+        return comparison["verdict"] == Verdict.BETTER and comparison["boots"][0] >= 2
+    return (kind == "confirm" and (end or {}).get("verdict") == Verdict.BETTER) or (kind == "probe" and by_constraint(end))

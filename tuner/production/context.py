@@ -21,17 +21,19 @@ from arms.measure import MeasurePlan, measure_engine
 from arms.profiles import EngineProfile, load_profile
 from arms.prompts import api_from_profile
 from arms.readiness import ReadinessProbe, probe_once
+from arms.secrets import looks_secret
 from arms.shape import Shape
+from arms.verdict import Verdict, untrusted
 
 from arms import values
 from tuner.production import envfile, units
 from tuner.night.guard import Production
+from tuner.night.schema import Journaled
 from tuner.night.journal import Journal
 from tuner.night.state import State, replay
 
 DEFAULT_QUADLET_DIR = "/etc/containers/systemd"
 DEFAULT_UNIT_DIR = "/etc/systemd/system"
-NOT_PROMOTABLE = ("boot-failed", "interrupted", "invalid", "corrupt")
 Smoke = Callable[[str, int], "tuple[float | None, dict]"]
 
 
@@ -48,6 +50,7 @@ class Context:
     plan: MeasurePlan
     min_effect: float
     secrets: dict            # secret env values of the campaign file's baseline (the journal redacts them)
+    simulated: bool = False  # campaign_start says the night ran on a simulated host (promote refuses it)
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,6 @@ def campaign_file(folder: Path, start: dict) -> Path:
 def load_context(folder: str | os.PathLike, writer: bool = True) -> Context:
     """The campaign folder read for a promotion; ``writer=False`` (a dry run) only reads, the
     writer opens the journal to append (under the folder's lock, tuner/production/promote.py)."""
-    from tuner.night.campaign import _measure
     from tuner.night.readback import read_journal
 
     folder = Path(folder)
@@ -108,7 +110,7 @@ def load_context(folder: str | os.PathLike, writer: bool = True) -> Context:
             current = yaml.safe_load(file.read_text())
             if current.get("name") == raw.get("name"):
                 env = (current.get("baseline") or {}).get("env") or {}
-                secrets = {str(k): str(v) for k, v in env.items() if is_secret(str(k))}
+                secrets = {str(k): str(v) for k, v in env.items() if is_secret(str(k)) or looks_secret(str(v))}
                 if current.get("production"):
                     prod_raw, where = current["production"], str(file)
     prod = Production.from_mapping(prod_raw, where)
@@ -119,11 +121,12 @@ def load_context(folder: str | os.PathLike, writer: bool = True) -> Context:
         raise ConfigError(f"{where}: key 'production.promote_as': say how production runs: quadlet (a podman "
                           ">= 4.4 .container file), unit (a plain systemd unit running podman run) or env-file")
     baseline = Shape.from_dict(start["baseline"])
-    profile = load_profile(prod.profile or raw.get("engine", "vllm-expert-offload"), raw.get("profile") or None)
-    noise = raw.get("noise") or {}
+    camp = Journaled(raw)
+    profile = load_profile(prod.profile or camp.engine, raw.get("profile") or None)
     return Context(folder=folder, journal=journal, state=replay(journal.records, baseline), baseline=baseline,
-                   name=str(raw.get("name", folder.name)), base_dir=file.parent, production=prod, profile=profile,
-                   plan=_measure(file, raw), min_effect=float(noise.get("min_effect", 0.02)), secrets=secrets)
+                   name=str(camp.name or folder.name), base_dir=file.parent, production=prod, profile=profile,
+                   plan=camp.measure.plan(), min_effect=float(camp.noise.min_effect), secrets=secrets,
+                   simulated=start.get("simulated") is True)
 
 
 def choose(st: State, arm: int | None, force: bool) -> Choice:
@@ -153,13 +156,13 @@ def choose(st: State, arm: int | None, force: bool) -> Choice:
         known = ", ".join(str(x.n) for x in sorted(finished, key=lambda x: x.n)[-8:])
         raise ConfigError(f"arm {arm} {'has not finished' if a else 'does not exist'} (finished arms: ... {known})")
     verdict = str(a.verdict)
-    if verdict.startswith(NOT_PROMOTABLE) or not (a.end.get("measurement") or {}).get("depths"):
+    if untrusted(verdict) or not (a.end.get("measurement") or {}).get("depths"):
         raise ConfigError(f"arm {arm} came to {verdict}: it never served a trusted measurement and cannot be "
                           "promoted, not even with --force")
     change = f" ({values.change_text(a.change)})" if a.change else ""
     if arm in confirmed or (a.shape in winners and a.kind in ("recheck", "confirm")):
         return Choice(arm, a.shape, a.end, f"arm {arm}{change}: better, confirmed by a second boot")
-    if verdict == "better":
+    if verdict == Verdict.BETTER:
         conf = [c for c in finished if c.kind == "confirm" and c.shape == a.shape and c.n > arm]
         why = (f"arm {arm}{change} was better but its confirming arm {conf[0].n} came out {conf[0].verdict}"
                if conf else f"arm {arm}{change} was better but never confirmed by a second boot")
@@ -210,7 +213,7 @@ def unredact(shape: Shape, ctx: Context, target: Target, existing: str | None) -
     """The journal keeps secret env values as ***: take them back from the production file
     (what runs now), else the campaign file's baseline env; refuse, naming them, if neither has them."""
     mapping = envfile.mapping_of(ctx.production.mapping) if target.form == "env-file" else {}
-    hidden = [k for k, v in shape.env if is_secret(k) and v == REDACTED
+    hidden = [k for k, v in shape.env if v == REDACTED            # sealed by its name or by its look
               and (target.form != "env-file" or f"env.{k}" in mapping)]
     if not hidden:
         return shape

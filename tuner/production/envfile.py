@@ -24,6 +24,7 @@ import re
 
 from arms.argv import is_secret
 from arms.errors import ConfigError
+from arms.secrets import looks_secret, seal_text
 from arms.shape import ABSENT, Shape, format_value, lever_name
 
 from tuner.production.unitsyntax import env_value, parse_env_line
@@ -113,10 +114,12 @@ def redact_text(text: str) -> str:
     ``--api-key ...``) replaced by ***: what any log, diff or journal sees."""
     out, pos = [], 0
     for m in _NAME_AT.finditer(text):
-        if m.start() < pos or not is_secret(m[1]):
+        if m.start() < pos:
             continue
         v = _VALUE.match(text, m.end())
         end = v.end() if v else m.end()
+        if not (is_secret(m[1]) or (v and looks_secret(v[0].strip("'\"")))):     # by its name or by its look
+            continue
         quoted_word = m.start() > 0 and text[m.start() - 1] == '"' and end < len(text)
         if quoted_word:                      # "NAME=value with spaces" as one quoted word
             close = _VALUE.match(text, m.start() - 1)
@@ -124,4 +127,6 @@ def redact_text(text: str) -> str:
         out += [text[pos:m.end()], "***"]
         pos = end
     text = "".join(out) + text[pos:]
-    return _SECRET_FLAG.sub(lambda m: f"{m[1]}{m[2]}***" if is_secret(m[1]) and m[3] != "***" else m[0], text)
+    text = _SECRET_FLAG.sub(lambda m: f"{m[1]}{m[2]}***" if (is_secret(m[1]) or looks_secret(m[3].strip("'\"")))
+                            and m[3] != "***" else m[0], text)
+    return seal_text(text)              # a token in any other place: hf_..., Bearer ..., a URL's password

@@ -32,10 +32,9 @@ from pathlib import Path
 
 import yaml
 
+from arms.argv import parse_argv as parse_engine_argv
 from arms.errors import ConfigError
 from arms.shape import COMPILE_CACHE_TARGET, Mount, Shape
-
-from tuner.production.unitsyntax import parse_engine_argv
 
 PODMAN_ENV = {"container": None, "HOSTNAME": None, "TERM": "xterm", "HOME": "/root",
               "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}

@@ -1,7 +1,8 @@
 """`tuner promote` and `tuner rollback`: put a campaign's winner into the production service,
 and take it back out — every restart of that service is an outage, so each step is checked.
 
-promote:  choose the arm (the final incumbent, or ``--arm N``: it must be ``better`` and
+promote:  refuse a simulated night (``--allow-simulated``: promote it anyway, with a warning) ->
+          choose the arm (the final incumbent, or ``--arm N``: it must be ``better`` and
           confirmed by a second boot unless ``--force``) -> render the production file in the
           campaign's form (tuner.production.units) -> show the diff, secrets redacted (``--dry-run`` stops
           here) -> back the current file up beside it -> write the new one -> daemon-reload ->
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from arms.argv import is_secret
+from arms.argv import REDACTED, is_secret
 from arms.errors import ConfigError, HostError
 from host.systemd import SystemdHost, WriteOnlyHost
 
@@ -121,16 +122,31 @@ def _preflight(ctx: Context, target: Target, force: bool) -> None:
 # -- promote -----------------------------------------------------------------------------------
 def promote(folder, arm: int | None = None, *, dry_run: bool = False, force: bool = False, host=None,
             margin_s: float | None = None, poll_s: float = 2.0, smoke: Smoke | None = None,
-            out: Callable[[str], None] = print, write_only: bool = False) -> Result:
+            out: Callable[[str], None] = print, write_only: bool = False, allow_simulated: bool = False) -> Result:
     """Promote (see the module). A dry run only reads; otherwise the campaign folder's writer lock
     (``tuner.night.lock``) is held from the first read to the last journal line, so a `tuner run` of
     the same campaign refuses meanwhile, and a promote refuses while one runs."""
     if dry_run:
-        return _promote_locked(load_context(folder, writer=False), arm, True, force, host, margin_s, poll_s,
-                               smoke, out, write_only)
+        ctx = refuse_simulated(load_context(folder, writer=False), allow_simulated, out)
+        return _promote_locked(ctx, arm, True, force, host, margin_s, poll_s, smoke, out, write_only)
     with CampaignLock(Path(folder), command="tuner promote"):
-        return _promote_locked(load_context(folder), arm, False, force, host, margin_s, poll_s, smoke, out,
-                               write_only)
+        ctx = refuse_simulated(load_context(folder), allow_simulated, out)
+        return _promote_locked(ctx, arm, False, force, host, margin_s, poll_s, smoke, out, write_only)
+
+
+def refuse_simulated(ctx: Context, allow: bool, out: Callable[[str], None]) -> Context:
+    """A night journaled as simulated (``tuner run --simulated``) measured the simulated engine,
+    not this machine: refused in one line, unless ``allow`` (then a warning, and it goes on)."""
+    if not ctx.simulated:
+        return ctx
+    what = (f"campaign {ctx.name} was a simulated night (`tuner run --simulated`): its measurements come from "
+            "the simulated engine, not from this machine's engine")
+    if not allow:
+        raise ConfigError(f"{ctx.folder}: {what}; nothing was written. Run the campaign without --simulated, "
+                          "or pass --allow-simulated to promote it anyway")
+    log.warning("[promote] %s; promoting it anyway (--allow-simulated)", what)
+    out(f"warning: {what}; promoting it anyway (--allow-simulated)")
+    return ctx
 
 
 def _promote_locked(ctx, arm, dry_run, force, host, margin_s, poll_s, smoke, out, write_only) -> Result:
@@ -200,7 +216,7 @@ def _promote(ctx, host, target, choice, existing, new, changes, diff, margin_s, 
     if existing is not None:
         backup = target.path.with_name(f"{target.path.name}{BACKUP_TAG}{pid:03d}-{time.strftime('%Y%m%d-%H%M%S')}")
         shutil.copy2(target.path, backup)
-    secret = any(is_secret(k) for k, _ in choice.shape.env)
+    secret = any(is_secret(k) or v == REDACTED for k, v in choice.shape.env)     # sealed by name or by look
     mode = target.path.stat().st_mode & 0o777 if existing is not None else (0o600 if secret else 0o644)
     started = j.append("promotion", id=pid, action="started", arm=choice.n, form=target.form, unit=unit,
                        target=str(target.path), backup=str(backup) if backup else None, existed=existing is not None,

@@ -27,13 +27,14 @@ import re
 from dataclasses import dataclass, replace
 
 from arms.argv import REDACTED, is_secret, render_argv
+from arms.argv import parse_argv as parse_engine_argv
 from arms.errors import ConfigError
+from arms.secrets import seal
 from arms.shape import Mount, Shape, format_value
 
 from tuner.production.envfile import HEADER, check_mapping, parse_env_file, redact_text, render_env_file
 from tuner.production.unitsyntax import (
     join_words,
-    parse_engine_argv,
     parse_ini,
     quote_word,
     split_words,
@@ -125,7 +126,7 @@ def _volume(m: Mount) -> str:
 
 def journal_key(shape: Shape) -> str:
     """The shape's key as the journal knows it (secret env values redacted there)."""
-    return replace(shape, env=tuple((k, REDACTED if is_secret(k) else v) for k, v in shape.env)).key()
+    return replace(shape, env=tuple((k, REDACTED if is_secret(k) else seal(v)) for k, v in shape.env)).key()
 
 
 def _env_assignment(name: str, value: str) -> str:

@@ -1,6 +1,6 @@
-"""The text syntax under production files: systemd unit files, command lines, env files, and
-an engine's argv read back into (model, args, port). Pure functions; ``tuner.production.units`` builds
-Quadlet files, plain units and env files out of them.
+"""The text syntax under production files: systemd unit files, command lines and env files.
+Pure functions; ``tuner.production.units`` builds Quadlet files, plain units and env files out of
+them. The engine's argv inside a command line is read back by ``arms.argv.parse_argv``.
 
 systemd rules followed (systemd.syntax(7), systemd.service(5) "Command lines"):
   * ``[Section]`` headers, ``Key=Value`` lines, ``#``/``;`` comments, a trailing backslash
@@ -13,22 +13,17 @@ Quadlet's ``Exec=``, ``Environment=`` and ``PodmanArgs=`` take the same word syn
 """
 from __future__ import annotations
 
-import json
 import re
-from typing import Any
 
-from arms.argv import VALUE_TOGGLES
 from arms.errors import ConfigError
 
 __all__ = [
     "env_value",
     "join_words",
-    "parse_engine_argv",
     "parse_env_line",
     "parse_ini",
     "quote_word",
     "split_words",
-    "typed_value",
 ]
 
 _SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./{}\[\]-]+\Z")
@@ -165,64 +160,3 @@ def parse_env_line(line: str) -> tuple[str, str] | None:
         body = raw[1:-1].replace("\\n", "\n")
         return m.group(1), re.sub(r"\\([\\\"$`])", r"\1", body)
     return m.group(1), raw
-
-
-# -- an engine's argv, read back ----------------------------------------------------------------
-# one reading of a flag's value text for argv of every engine (arms/spellings.py)
-from arms.spellings import _INT, _is_flag  # noqa: E402
-from arms.spellings import typed as typed_value  # noqa: E402
-
-
-def parse_engine_argv(argv: list[str], style: str = "vllm") -> tuple[str, list[tuple[str, Any]], int | None]:
-    """The engine's arguments after the image's entrypoint -> (model, args, port): the inverse
-    of ``arms.argv.render_argv`` plus the ``--port`` the lifecycle appends. vLLM style takes
-    the model as the first word (or ``--model``); llama.cpp takes ``-m``/``--model``."""
-    if style == "llamacpp":
-        from arms.spellings import flag_table
-
-        model, largs, port = flag_table("llamacpp").parse(argv)
-        if not model:
-            raise ConfigError("no model in the engine arguments: llama.cpp style takes it after -m")
-        return model, largs, port
-    toks = list(argv)
-    model = None
-    if style == "vllm" and toks and not _is_flag(toks[0]):
-        model = toks.pop(0)
-    args: list[tuple[str, Any]] = []
-    port = None
-    toggles = VALUE_TOGGLES.get(style, {})
-    i = 0
-    while i < len(toks):
-        tok = toks[i]
-        if not _is_flag(tok):
-            raise ConfigError(f"engine argument {tok!r} stands alone: only the model may be "
-                              "positional (first), every other word belongs to a --flag")
-        name, eq, inline = tok.lstrip("-").partition("=")
-        if eq:
-            value_text: str | None = inline
-            i += 1
-        elif i + 1 < len(toks) and not _is_flag(toks[i + 1]):
-            value_text = toks[i + 1]
-            i += 2
-        else:
-            value_text = None
-            i += 1
-        if name in ("model", "m") and value_text is not None and model is None:
-            model = value_text
-            continue
-        if name == "port" and value_text is not None and _INT.match(value_text):
-            port = int(value_text)
-            continue
-        if value_text is None:
-            if style == "vllm" and name.startswith("no-") and len(name) > 3:
-                args.append((name[3:], False))
-            else:
-                args.append((name, True))
-        elif name in toggles and value_text in toggles[name]:
-            args.append((name, value_text == toggles[name][0]))
-        else:
-            args.append((name, typed_value(value_text)))
-    if not model:
-        raise ConfigError("no model in the engine arguments: vLLM style takes it first, "
-                          "llama.cpp style after -m")
-    return model, args, port
