@@ -89,6 +89,13 @@ class RunResult:
     engine_decode_tok_s: float | None = None   # llama.cpp timings.predicted_per_second
     engine_prefill_tok_s: float | None = None  # llama.cpp timings.prompt_per_second
     prompt_tag: str = ""               # "": the depth's fixed prompt; else its per-run variant
+    # llama.cpp's own counts and times (timings.prompt_n/_ms, predicted_n/_ms): the server's
+    # prompt_ms spans slot start to the first token's sampling, so ttft_s * 1e3 >= it always
+    # (the client's TTFT adds the request's way in and the first chunk's way out)
+    engine_prompt_n: int | None = None
+    engine_prompt_ms: float | None = None
+    engine_predicted_n: int | None = None
+    engine_predicted_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -262,6 +269,8 @@ def classify(s: CompletionStream, asked: int, *, ignores_eos: bool,
     prefill = prompt / s.ttft_s if prompt is not None and s.ttft_s and s.ttft_s > 0 else None
     timings = s.timings if isinstance(s.timings, dict) else {}
     engine, engine_prefill = timings.get("predicted_per_second"), timings.get("prompt_per_second")
+    ms = {k: float(v) if type(v) in (int, float) else None
+          for k, v in ((k, timings.get(k)) for k in ("prompt_ms", "predicted_ms"))}
     if s.error:
         reason = s.error
     elif s.usage is None:
@@ -286,7 +295,8 @@ def classify(s: CompletionStream, asked: int, *, ignores_eos: bool,
                      reason, s.wall_s, s.text, prefill, s.chunks,
                      float(engine) if type(engine) in (int, float) else None,
                      float(engine_prefill) if type(engine_prefill) in (int, float) else None,
-                     prompt_tag)
+                     prompt_tag, _count(timings.get("prompt_n")), ms["prompt_ms"],
+                     _count(timings.get("predicted_n")), ms["predicted_ms"])
 
 
 # -- /metrics ---------------------------------------------------------------------------------
