@@ -237,6 +237,11 @@ def _count(x: Any) -> int | None:
     return x if type(x) is int else None
 
 
+def _number(x: Any) -> float | None:
+    """A JSON number as a float; None for anything else (a bool, a string, null)."""
+    return float(x) if type(x) in (int, float) else None
+
+
 def sanity(s: CompletionStream, asked: int) -> str | None:
     """Why the engine's own figures for one stream cannot be trusted, or None."""
     u = s.usage if isinstance(s.usage, dict) else {}
@@ -269,8 +274,6 @@ def classify(s: CompletionStream, asked: int, *, ignores_eos: bool,
     prefill = prompt / s.ttft_s if prompt is not None and s.ttft_s and s.ttft_s > 0 else None
     timings = s.timings if isinstance(s.timings, dict) else {}
     engine, engine_prefill = timings.get("predicted_per_second"), timings.get("prompt_per_second")
-    ms = {k: float(v) if type(v) in (int, float) else None
-          for k, v in ((k, timings.get(k)) for k in ("prompt_ms", "predicted_ms"))}
     if s.error:
         reason = s.error
     elif s.usage is None:
@@ -295,8 +298,8 @@ def classify(s: CompletionStream, asked: int, *, ignores_eos: bool,
                      reason, s.wall_s, s.text, prefill, s.chunks,
                      float(engine) if type(engine) in (int, float) else None,
                      float(engine_prefill) if type(engine_prefill) in (int, float) else None,
-                     prompt_tag, _count(timings.get("prompt_n")), ms["prompt_ms"],
-                     _count(timings.get("predicted_n")), ms["predicted_ms"])
+                     prompt_tag, _count(timings.get("prompt_n")), _number(timings.get("prompt_ms")),
+                     _count(timings.get("predicted_n")), _number(timings.get("predicted_ms")))
 
 
 # -- /metrics ---------------------------------------------------------------------------------

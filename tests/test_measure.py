@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from arms.errors import ConfigError, MeasurementError
-from arms.measure import (LLAMACPP_API, VLLM_API, MeasurePlan, Measurement, classify,
+from arms.measure import (LLAMACPP_API, VLLM_API, MeasurePlan, Measurement, RunResult, classify,
                           format_table, measure_engine, spec_acceptance, stream_completion)
 from arms.sse import CompletionStream
 from arms.prompts import PromptCache
@@ -277,6 +277,24 @@ def test_llamacpp_final_chunk_with_fake_clock():
     assert r.valid and r.text == " a b" and r.chunks == 2 and r.finish_reason == "length"
     assert (r.ttft_s, r.wall_s) == (1.0, 4.0)
     assert r.decode_tok_s == pytest.approx(1.0) and r.engine_decode_tok_s == 1.5
+
+
+@pytest.mark.parametrize("timings, want", [
+    ({"prompt_n": 5, "prompt_ms": 2.5, "predicted_n": 3, "predicted_ms": 2}, (5, 2.5, 3, 2.0)),
+    ({"prompt_n": "5", "prompt_ms": True, "predicted_n": 3.0, "predicted_ms": None}, (None, None, None, None)),
+    ({}, (None, None, None, None)),
+])
+def test_llamacpp_timings_counts_and_times_are_kept_as_the_server_sent_them(timings, want):
+    """timings.prompt_n/_ms and predicted_n/_ms ride on each run (the tests compare them with the
+    usage counts and the client's TTFT); anything but a JSON number of the right kind is None."""
+    s = CompletionStream(status=200, ttft_s=0.5, wall_s=1.5, text=" a b c", chunks=3, finish_reason="length",
+                         usage={"completion_tokens": 3, "prompt_tokens": 5}, timings=timings, done=True)
+    r = classify(s, 3, ignores_eos=True, depth=5)
+    assert r.valid, r.reason                         # the server's figures never decide validity
+    assert (r.engine_prompt_n, r.engine_prompt_ms, r.engine_predicted_n, r.engine_predicted_ms) == want
+    new = ("engine_prompt_n", "engine_prompt_ms", "engine_predicted_n", "engine_predicted_ms")
+    old = {k: v for k, v in dataclasses.asdict(r).items() if k not in new}   # a record from before
+    assert all(getattr(RunResult(**old), k) is None for k in new)
 
 
 def test_engine_error_object_inside_the_stream():
