@@ -11,8 +11,8 @@ starting the prompt to the first token's sampling, and ``predicted_ms`` from the
 token's (tools/server/server-common.h, server_slot_stats), all inside the client's interval on
 the same monotonic clock: TTFT >= prompt_ms, so the measured prefill is never above the
 server's ``prompt_per_second``, and the stream's wall >= prompt_ms + predicted_ms. How close
-the figures are (prefill a fixed ~1.5 ms of HTTP/SSE below on an idle machine, 5-30 ms with a
-core busy; decode +1/(N-1) above, the first token coming free from the prompt batch) is a
+the figures are (prefill a few ms of HTTP/SSE below, median 1.5-5 ms, up to ~40 ms with a core
+busy; decode +1/(N-1) above, the first token coming free from the prompt batch) is a
 number of the machine's load, measured by bench/prefill_timing.py and committed in
 bench/results/prefill_timing.md, not a tolerance asserted here.
 
