@@ -89,6 +89,13 @@ class RunResult:
     engine_decode_tok_s: float | None = None   # llama.cpp timings.predicted_per_second
     engine_prefill_tok_s: float | None = None  # llama.cpp timings.prompt_per_second
     prompt_tag: str = ""               # "": the depth's fixed prompt; else its per-run variant
+    # llama.cpp's own counts and times (timings.prompt_n/_ms, predicted_n/_ms): the server's
+    # prompt_ms spans slot start to the first token's sampling, so ttft_s * 1e3 >= it always
+    # (the client's TTFT adds the request's way in and the first chunk's way out)
+    engine_prompt_n: int | None = None
+    engine_prompt_ms: float | None = None
+    engine_predicted_n: int | None = None
+    engine_predicted_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +237,11 @@ def _count(x: Any) -> int | None:
     return x if type(x) is int else None
 
 
+def _number(x: Any) -> float | None:
+    """A JSON number as a float; None for anything else (a bool, a string, null)."""
+    return float(x) if type(x) in (int, float) else None
+
+
 def sanity(s: CompletionStream, asked: int) -> str | None:
     """Why the engine's own figures for one stream cannot be trusted, or None."""
     u = s.usage if isinstance(s.usage, dict) else {}
@@ -286,7 +298,8 @@ def classify(s: CompletionStream, asked: int, *, ignores_eos: bool,
                      reason, s.wall_s, s.text, prefill, s.chunks,
                      float(engine) if type(engine) in (int, float) else None,
                      float(engine_prefill) if type(engine_prefill) in (int, float) else None,
-                     prompt_tag)
+                     prompt_tag, _count(timings.get("prompt_n")), _number(timings.get("prompt_ms")),
+                     _count(timings.get("predicted_n")), _number(timings.get("predicted_ms")))
 
 
 # -- /metrics ---------------------------------------------------------------------------------

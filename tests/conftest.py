@@ -76,6 +76,38 @@ def serving(behaviour):
         handle.shutdown()
 
 
+@contextlib.contextmanager
+def virtual_serving(behaviour, log=lambda line: None):
+    """The simulated engine's core on a virtual clock behind an in-process httpx client:
+    yields (client, clock). A streamed body is pulled chunk by chunk as the client reads it, and
+    the engine's wait before each chunk advances the clock, so a client stamping arrivals with
+    ``clock`` sees the engine's timing model exactly, whatever the machine's load."""
+    import httpx
+
+    from simengine.engine import EngineCore, route
+
+    now = [0.0]
+    core = EngineCore(behaviour, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + max(s, 0.0)),
+                      log=log)
+
+    class Pulled(httpx.SyncByteStream):
+        def __init__(self, chunks):
+            self.chunks = chunks
+
+        def __iter__(self):
+            yield from self.chunks
+
+    def handler(request):
+        resp = route(core, request.method, request.url.raw_path.decode(), request.content)
+        headers = {"content-type": resp.ctype} if resp.ctype else {}
+        if resp.chunks is None:
+            return httpx.Response(resp.status, headers=headers, content=resp.body)
+        return httpx.Response(resp.status, headers=headers, stream=Pulled(resp.chunks))
+
+    with httpx.Client(base_url="http://sim.test", transport=httpx.MockTransport(handler)) as client:
+        yield client, lambda: now[0]
+
+
 def assert_plan_matches(report, want) -> None:
     """A parsed boot report carries the planner's numbers for the seed-002 incumbent shape."""
     p = report.plan

@@ -11,13 +11,13 @@ import httpx
 import pytest
 
 from arms.errors import ConfigError, MeasurementError
-from arms.measure import (LLAMACPP_API, VLLM_API, MeasurePlan, Measurement, classify,
+from arms.measure import (LLAMACPP_API, VLLM_API, MeasurePlan, Measurement, RunResult, classify,
                           format_table, measure_engine, spec_acceptance, stream_completion)
 from arms.sse import CompletionStream
 from arms.prompts import PromptCache
 from simengine import textgen
 from simengine.behaviour import Behaviour
-from tests.conftest import serving
+from tests.conftest import serving, virtual_serving
 
 RATES = {166: 300.0, 4064: 200.0}
 SIM_API = dataclasses.replace(VLLM_API, name="simengine", ignores_eos=True)
@@ -38,8 +38,17 @@ def measure(behaviour: Behaviour, api=SIM_API, **plan) -> Measurement:
         return measure_engine(url, p, api, prompts=PromptCache())
 
 
+def measure_virtual(behaviour: Behaviour, api=SIM_API, **plan) -> Measurement:
+    """``measure`` on a virtual clock (tests.conftest.virtual_serving): the figures are the
+    engine's timing model exactly, whatever the machine's load, so the rate tolerances of the
+    tests that use it are about arms.measure's arithmetic, not about this machine's scheduler."""
+    p = MeasurePlan(**{"max_tokens": 128, "warm_tokens": 16, **plan})
+    with virtual_serving(behaviour) as (client, clock):
+        return measure_engine(str(client.base_url), p, api, http=client, clock=clock, prompts=PromptCache())
+
+
 def test_decode_within_2_percent_of_the_true_rate_noise_off():
-    m = measure(make())
+    m = measure_virtual(make())
     assert m.outcome == "measured" and m.reason is None
     assert m.acceptance is None                 # no spec decode: no counters, "n/a", not 0
     for depth, r in m.depths.items():
@@ -78,8 +87,8 @@ def test_text_prompts_measure_the_same_depth():
 
 def test_spread_matches_the_noise_when_on():
     sigma = 0.05
-    m = measure(make(noise_sigma=sigma, decode_tok_s={0: 1000.0}), depths=(166,), runs=15,
-                max_tokens=64, warm_tokens=8)
+    m = measure_virtual(make(noise_sigma=sigma, decode_tok_s={0: 1000.0}), depths=(166,), runs=15,
+                        max_tokens=64, warm_tokens=8)
     rates = [x.decode_tok_s for x in m.depths[166].runs]
     logs = [math.log(x) for x in rates]
     # robust sigma of log-rates from the reported MAD, and the plain sd: both near sigma
@@ -91,7 +100,7 @@ def test_spread_matches_the_noise_when_on():
 
 def test_spec_decode_usage_figure_right_chunk_figure_wrong():
     b = make(decode_tok_s={0: 400.0}, spec_k=3, acceptance=0.6)
-    m = measure(b, depths=(166, 1087), max_tokens=160)
+    m = measure_virtual(b, depths=(166, 1087), max_tokens=160)
     for r in m.depths.values():
         assert r.median_decode_tok_s == pytest.approx(400.0, rel=0.02)
         # what a chunk-counting harness would report (computed here only, to prove the point)
@@ -270,6 +279,24 @@ def test_llamacpp_final_chunk_with_fake_clock():
     assert r.decode_tok_s == pytest.approx(1.0) and r.engine_decode_tok_s == 1.5
 
 
+@pytest.mark.parametrize("timings, want", [
+    ({"prompt_n": 5, "prompt_ms": 2.5, "predicted_n": 3, "predicted_ms": 2}, (5, 2.5, 3, 2.0)),
+    ({"prompt_n": "5", "prompt_ms": True, "predicted_n": 3.0, "predicted_ms": None}, (None, None, None, None)),
+    ({}, (None, None, None, None)),
+])
+def test_llamacpp_timings_counts_and_times_are_kept_as_the_server_sent_them(timings, want):
+    """timings.prompt_n/_ms and predicted_n/_ms ride on each run (the tests compare them with the
+    usage counts and the client's TTFT); anything but a JSON number of the right kind is None."""
+    s = CompletionStream(status=200, ttft_s=0.5, wall_s=1.5, text=" a b c", chunks=3, finish_reason="length",
+                         usage={"completion_tokens": 3, "prompt_tokens": 5}, timings=timings, done=True)
+    r = classify(s, 3, ignores_eos=True, depth=5)
+    assert r.valid, r.reason                         # the server's figures never decide validity
+    assert (r.engine_prompt_n, r.engine_prompt_ms, r.engine_predicted_n, r.engine_predicted_ms) == want
+    new = ("engine_prompt_n", "engine_prompt_ms", "engine_predicted_n", "engine_predicted_ms")
+    old = {k: v for k, v in dataclasses.asdict(r).items() if k not in new}   # a record from before
+    assert all(getattr(RunResult(**old), k) is None for k in new)
+
+
 def test_engine_error_object_inside_the_stream():
     body = b'data: {"error":{"message":"out of blocks","code":500}}\n\n'
     client = httpx.Client(transport=httpx.MockTransport(
@@ -286,8 +313,8 @@ BLOCK = 16                   # simengine.prefixcache.BLOCK: the last block is al
 
 def _cached(defeat: str, caching: bool = True, **kw) -> Measurement:
     b = make(decode_tok_s=FAST, prefill_tok_s=PREFILL, base_ttft_s=0.0, prefix_caching=caching, **kw)
-    return measure(b, api=dataclasses.replace(SIM_API, cache_defeat=defeat), depths=(DEPTH,),
-                   runs=3, max_tokens=32, warm_tokens=8)
+    return measure_virtual(b, api=dataclasses.replace(SIM_API, cache_defeat=defeat), depths=(DEPTH,),
+                           runs=3, max_tokens=32, warm_tokens=8)
 
 
 def test_a_prefix_cache_inflates_prefill_unless_each_run_defeats_it():

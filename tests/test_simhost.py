@@ -79,7 +79,7 @@ def test_cold_boot_is_ready_with_the_plan_in_virtual_time(host, tmp_path):
     assert_plan_matches(r.report, want)
     assert r.report.compile_s == pytest.approx(184.19, abs=0.01)
     assert 462.0 <= r.boot_s <= 464.0          # 240 + 184.19 + 12 + 24 + 2 = 462.19 s, polled at 1 s
-    assert wall < 10.0, wall            # virtual: minutes of engine time in seconds of wall, under any load
+    assert wall < r.boot_s / 20, wall   # virtual: minutes of engine time in seconds of wall, under any load
     log = r.log_path.read_text()
     assert "21:07:42" in log and "Application startup complete." in log   # virtual stamps
 
@@ -174,7 +174,8 @@ def test_measure_reproduces_the_landscape_decode(host, tmp_path, name):
     if name != "prefetch-off":
         assert m.acceptance == pytest.approx(planner.acceptance(land, values), abs=0.06)
     assert m.wall_s > 60                            # 10 runs of 64..256 tokens at ~13-40 tok/s
-    assert time.perf_counter() - t0 < 15 and host.now() - v0 > m.wall_s
+    # virtual: the real time taken is a fraction of the > 60 s simulated (load only slows it)
+    assert time.perf_counter() - t0 < m.wall_s / 4 and host.now() - v0 > m.wall_s
 
 
 def test_whole_measurement_is_virtual_time(host, tmp_path):
@@ -189,7 +190,7 @@ def test_whole_measurement_is_virtual_time(host, tmp_path):
     assert m.outcome == "measured"
     assert host.now() - v0 == pytest.approx(m.wall_s)
     assert 85 < m.wall_s < 120                      # ~256 tokens at ~27 tok/s, 9 times, + warm
-    assert wall < 10.0, wall
+    assert wall < m.wall_s / 8, wall                # a fraction of the virtual 85-120 s
     for depth, true in {166: 26.80, 1087: 25.15, 4064: 26.81}.items():
         assert m.depths[depth].median_decode_tok_s == pytest.approx(true, abs=1.5)
 

@@ -20,33 +20,31 @@ SIM_API = dataclasses.replace(VLLM_API, name="simengine", ignores_eos=True)
 
 
 
+SEED_001 = Behaviour(model="sim/m", max_model_len=4096, decode_tok_s={0: 300.0}, base_ttft_s=0.005,
+                    prefill_tok_s=200_000.0, max_num_seqs=4, batch_efficiency=0.85)
+SEED_001_PLAN = SweepPlan(levels=(1, 2, 4, 8, 16), duration_s=1.0, output_tokens=30,
+                          slo_ttft_s=0.15, slo_tpot_s=0.01, request_timeout_s=10, idle_timeout_s=5)
+
+
 def test_seed_001_shape_admission_limit():
-    """max_num_seqs 4, batch_efficiency < 1: req/s flat past 4, TTFT growing, TPOT ~flat."""
-    b = Behaviour(model="sim/m", max_model_len=4096, decode_tok_s={0: 300.0}, base_ttft_s=0.005,
-                  prefill_tok_s=200_000.0, max_num_seqs=4, batch_efficiency=0.85)
-    plan = SweepPlan(levels=(1, 2, 4, 8, 16), duration_s=1.0, output_tokens=30,
-                     slo_ttft_s=0.15, slo_tpot_s=0.01, request_timeout_s=10, idle_timeout_s=5)
-    with serving(b) as url:
-        r = run_sweep(url, SIM_API, plan, prompts=PromptCache())
+    """max_num_seqs 4: requests past the limit queue. Only what a loaded machine cannot change
+    is asserted (nothing lost, counts, lower bounds: a sleep never ends early); the shape's
+    real-time tolerances (req/s flat past 4 within 12 %, TPOT within 20 %, the knee and goodput
+    at 4) are bench/sweep_shape.py's, with the load they were measured under."""
+    with serving(SEED_001) as url:
+        r = run_sweep(url, SIM_API, SEED_001_PLAN, prompts=PromptCache())
     by = {x.concurrency: x for x in r.levels}
-    assert all(x.errors == 0 and x.requests > 0 for x in r.levels)
-    # throughput grows up to the admission limit, then stays flat
-    assert by[2].req_s > 1.3 * by[1].req_s and by[4].req_s > 1.2 * by[2].req_s
-    for c in (8, 16):
-        assert by[c].req_s == pytest.approx(by[4].req_s, rel=0.12)
-        assert by[c].tpot_p95_s == pytest.approx(by[4].tpot_p95_s, rel=0.2)   # TPOT flat
-    # requests past the limit queue: TTFT explodes
-    assert by[8].ttft_p95_s > 3 * by[4].ttft_p95_s
-    assert by[16].ttft_p95_s > 1.5 * by[8].ttft_p95_s
-    # the knee is the admission limit, and goodput lives there
-    assert r.knee == 4
-    assert by[4].meets_slo and by[4].slo_pct == 100.0 and not by[16].meets_slo
-    assert r.goodput_level == 4 and r.goodput_at_slo == by[4].goodput_req_s
-    assert by[16].slo_pct < 50
+    assert [x.concurrency for x in r.levels] == [1, 2, 4, 8, 16]
+    assert all(x.errors == 0 and x.requests >= x.concurrency for x in r.levels)
+    # a request decodes 30 tokens at <= 300 tok/s (>= 0.1 s); at 16 in flight over 4 slots the
+    # p95 request waited for at least two others' whole decodes before its first token
+    assert by[16].ttft_p95_s > 0.2 and by[16].ttft_p95_s > by[1].ttft_p95_s
+    assert all(x.tpot_p95_s > 0 and x.ttft_p95_s > 0 for x in r.levels)
+    assert not by[16].meets_slo and by[16].slo_pct < 50      # its TTFT is over the 0.15 s SLO
     assert by[4].output_tok_s == pytest.approx(30 * by[4].req_s)
     d = json.loads(json.dumps(r.to_dict()))
-    assert d["knee"] == 4 and len(d["levels"]) == 5 and d["slo"]["ttft_p95_s"] == 0.15
-    assert "goodput_at_slo" in format_sweep(r) and "@ concurrency 4" in format_sweep(r)
+    assert len(d["levels"]) == 5 and d["slo"]["ttft_p95_s"] == 0.15
+    assert "goodput_at_slo" in format_sweep(r)
 
 
 def test_stalling_engine_is_bounded_and_counted_as_errors():

@@ -222,8 +222,8 @@ def test_window_hanging_stop_ends_at_its_timeout(tmp_path):
         res = window(host, url, http, tmp_path, stop_timeout_s=0.5)
         waited = time.monotonic() - t0
     assert res.status == "stop-timeout" and "did not answer within 0.5 s" in res.reason
-    assert res.stop_s == pytest.approx(0.5, abs=0.3)
-    assert waited < 20                                         # far from the 30 s hang
+    # not before its 0.5 s read timeout, and far from the 30 s hang (a loaded machine only adds)
+    assert 0.45 <= res.stop_s <= waited < 20
     assert res.report is None and res.findings()[0].startswith("telemetry window stop-timeout")
 
 
