@@ -554,3 +554,30 @@ def test_a_night_in_which_nothing_booted_reads_no_result_from_its_arms(tmp_path)
         assert f"evidence: `{first['boot']['evidence'][0]}`" in head.split("\n\n")[0]
         assert "**Recommendation: keep the campaign's baseline as it is** — the night measured nothing" in head
         assert "of simulated time" in head and "no objective measured" in head
+
+
+def test_the_roofline_reads_the_bandwidth_the_night_journaled_and_never_probes_or_writes(tmp_path):
+    """A reader never writes (issue 21): the night measures the host's memory bandwidth at its start
+    and journals it in campaign_start; the report reads that, or an older folder's membw.json."""
+    from tuner.morning.report_roofline import _bandwidth
+
+    start = {"membw": {"gbs": 12.5, "source": "host.membw probe at the start of the night"}}
+    assert _bandwidth(tmp_path, {}, start) == (12.5, "host.membw probe at the start of the night")
+    assert _bandwidth(tmp_path, {"measure": {"membw_gbs": 30}}, start) == (30.0, "campaign measure.membw_gbs")
+    gbs, source = _bandwidth(tmp_path, {}, {"op": "campaign_start"})
+    assert gbs is None and source.startswith("not measured")
+    assert list(tmp_path.iterdir()) == []                       # nothing probed, nothing written
+    (tmp_path / "membw.json").write_text('{"gbs": 9.0, "source": "an older report"}')
+    assert _bandwidth(tmp_path, {}, {}) == (9.0, "an older report")
+
+
+def test_a_llamacpp_night_journals_its_bandwidth_at_the_start_and_a_simulated_one_does_not(tmp_path):
+    from types import SimpleNamespace
+
+    from tuner.daemon import _night_facts
+
+    llama, vllm = SimpleNamespace(family="llamacpp"), SimpleNamespace(family="vllm")
+    facts = _night_facts(SimpleNamespace(membw_gbs=None), llama)
+    assert facts["membw"]["gbs"] > 0 and "start of the night" in facts["membw"]["source"]
+    assert _night_facts(SimpleNamespace(membw_gbs=25.0), llama) == {}      # the campaign gives it
+    assert _night_facts(SimpleNamespace(membw_gbs=None), vllm) == {}

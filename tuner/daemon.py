@@ -121,7 +121,8 @@ def _run_locked(ns, camp) -> int:
 
     # a new night's deadline; a resumed night keeps the one it journaled (loop.deadline)
     loop = CampaignLoop(camp, host, profile, deadline=deadline, max_arms=max_arms,
-                        force_resume=ns.force_resume, on_arm=on_arm, simulated=bool(ns.simulated))
+                        force_resume=ns.force_resume, on_arm=on_arm, simulated=bool(ns.simulated),
+                        facts=None if ns.simulated else lambda: _night_facts(camp, profile))
     view = NightView(camp, deadline=loop.deadline, max_arms=max_arms, clock=host.now, notify=sd_notify,
                      live=not ns.quiet and sys.stderr.isatty(), simulated=bool(ns.simulated))
     (camp.folder / "daemon.pid").write_text(str(os.getpid()))
@@ -160,3 +161,14 @@ def arms_table(st, last: int | None = None):
                   "" if e.get("delta") is None else f"{e['delta']:+.1%}",
                   "" if not e.get("boot") else f"{e['boot'].get('boot_s', 0):.0f}")
     return t
+
+
+def _night_facts(camp, profile) -> dict:
+    """What this host measures once at the start of a new night, journaled in campaign_start for
+    the morning to read (a reader never probes): a llama.cpp night's host memory bandwidth, the
+    roofline's denominator, unless the campaign gives it (measure.membw_gbs)."""
+    if profile.family != "llamacpp" or camp.membw_gbs:
+        return {}
+    from host.membw import membw_probe_gbs
+
+    return {"membw": {"gbs": round(membw_probe_gbs(), 3), "source": "host.membw probe at the start of the night"}}

@@ -23,9 +23,9 @@ from arms.shape import ABSENT, Change, Shape
 from arms import values
 from tuner.morning.change_names import ValueNames, fit
 from tuner.morning.export import arm_pairs, arms_frame
-from tuner.night.readback import campaign_folder, load_records
-from tuner.night.state import replay
-from tuner.night.verdict import Constraints
+from tuner.night.readback import campaign_folder, load_records, start_of
+from tuner.night.state import replay_decisions
+from tuner.night.schema import Journaled
 from tuner.morning.report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS,  # noqa: F401
                            Section, _num, _pct, _span, _when, _words, missing)
 
@@ -79,13 +79,13 @@ class ArmView:
 class _Builder:
     def __init__(self, folder: Path, records: list[dict]):
         self.folder, self.records = folder, records
-        self.start = next(r for r in records if r["op"] == "campaign_start")
-        camp = self.start.get("campaign") or {}
-        self.name = camp.get("name") or folder.name
-        self.objective = str(camp.get("objective") or "decode_geomean")
-        self.constraints = Constraints.from_mapping(camp.get("constraints"), "campaign")
+        self.start = start_of(records)
+        camp = self.camp = Journaled(self.start.get("campaign"))
+        self.name = camp.name or folder.name
+        self.objective = camp.objective
+        self.constraints = camp.constraints
         self.baseline = Shape.from_dict(self.start["baseline"])
-        self.production = bool(camp.get("production"))       # a production section: the baseline is its shape
+        self.production = camp.has_production       # a production section: the baseline is its shape
         self.start_words = "the production shape" if self.production else "the campaign's baseline"
         pairs = arm_pairs(records)
         self.arms = {s["arm"]: ArmView(s["arm"], s.get("kind"), (s["change"][0], values.decode(s["change"][1])) if s.get("change")
@@ -96,8 +96,7 @@ class _Builder:
         # The incumbent, its re-measures and its moves come from tuner.night.state.replay, run once over
         # the records that decide them (campaign, incumbent moves, baseline and re-check arms): the
         # same State as over the whole journal, without a Shape for each of 10,000 probes.
-        self.st = replay([r for r in records if r["op"] not in ("arm_start", "arm_end", "told")
-                          or r.get("kind") in ("baseline", "recheck")], self.baseline)
+        self.st = replay_decisions(records, self.baseline)
         self._shapes: dict[str, Shape] = {}
         self.df = arms_frame(records, pairs).set_index("arm", drop=False).rename_axis(None)
         self.depths = [c[len("decode_"):] for c in self.df.columns if c.startswith("decode_")]
@@ -170,7 +169,7 @@ class _Builder:
             log = (((a.end or {}).get("probes") or {}).get("summary") or {}).get("kernel_log") or ""
             if "simulated host" in log:
                 return True, f"inferred: arm #{a.n}'s host probes say “{log}”"
-        engine = str((self.start.get("campaign") or {}).get("engine") or "")
+        engine = str(self.camp.raw.get("engine") or "")
         t0 = float(self.records[0].get("t") or 0.0)
         if t0 and t0 % 900 == 0:             # SimHost's epoch; a real clock is never on the quarter hour to the ms
             return True, "inferred: the night starts on the quarter-hour to the millisecond, as a simulated host's clock does"
@@ -245,14 +244,9 @@ class _Builder:
         loop judged it against, as journaled in its ``arm_start`` (``State.judged``), then the
         final ones of ``campaign_end``. A journal from before they were journaled has none."""
         out = []
-        for r in self.records:
-            if r["op"] == "arm_end":
-                a = self.arms.get(r["arm"])
-                j = a.start.get("judged") if a is not None and a.end is r else None
-            elif r["op"] == "campaign_end":
-                j = r.get("judged")
-            else:
-                continue
+        marks = [(a.end, a.start.get("judged")) for a in self.arms.values() if a.end is not None]
+        marks += [(e, e.get("judged")) for e in self.st.ends]
+        for r, j in sorted(marks, key=lambda m: m[0].get("seq", 0)):         # in journal order
             if isinstance(j, dict) and j.get("incumbent_value") is not None:
                 out.append({"t": r["t"], "arm": r.get("arm"), "incumbent": j["incumbent_value"], "band": j["band"]})
         return out

@@ -16,7 +16,7 @@ from collections import Counter
 import pandas as pd
 
 from arms import values
-from tuner.night.compare import ERROR_RATE
+from tuner.night.schema import Journaled
 from tuner.night.records import latest_judged
 from tuner.morning.status import baseline_objective
 from tuner.morning.status import gain as status_gain
@@ -124,9 +124,9 @@ UNDECIDED_SHOWN = 4          # undecided changes named in the headline (all of t
 def _how_sure(b, rate: float | None) -> str:
     """The moves' intervals and error rates as journaled (the last three; the rest under "How
     sure"), and the final head-to-head against the start where the night ran one."""
-    moves = [r for r in b.records if r["op"] == "incumbent" and r.get("comparison")]
+    moves = [r for r in b.st.moves if r.get("comparison")]
     inc = b.st.incumbent.key()
-    h2h = [r for r in b.records if r["op"] == "compare" and r.get("kind") == "head-to-head" and r.get("incumbent") == inc]
+    h2h = [r for r in b.st.comparisons if r.get("kind") == "head-to-head" and r.get("incumbent") == inc]
     parts = []
     if h2h:
         c = h2h[-1]["comparison"]
@@ -153,8 +153,8 @@ def undecided(b) -> list[tuple[tuple[str, str], dict]]:
     final incumbent was undecided, in the order they were first compared."""
     last: dict = {}
     inc = b.st.incumbent.key()
-    for r in b.records:
-        if r["op"] == "compare" and r.get("change") and r["incumbent"] == inc:
+    for r in b.st.comparisons:
+        if r.get("change") and r["incumbent"] == inc:
             last[(r["change"][0], values.text_of(r["change"][1]))] = r["comparison"]
     return [(k, c) for k, c in last.items() if c["verdict"] == "undecided"]
 
@@ -168,7 +168,7 @@ def _error_rate(b) -> float | None:
     end = b.st.ended or {}
     if end.get("error_rate") is not None:
         return end["error_rate"]
-    return ((b.start.get("campaign") or {}).get("noise") or {}).get("error_rate", ERROR_RATE)
+    return Journaled(b.start.get("campaign")).noise.error_rate
 
 
 def _band_text(judged: dict | None, error_rate: float | None) -> str:
@@ -191,12 +191,12 @@ def decisions(b, df: pd.DataFrame) -> Section:
     against the starting shape, and the challengers the night could not decide."""
     s = Section("How sure")
     cols = ["runs, challenger", "runs, incumbent", "difference [interval]", "error rate"]
-    moves = [r for r in b.records if r["op"] == "incumbent" and r.get("comparison")]
+    moves = [r for r in b.st.moves if r.get("comparison")]
     if moves:
         rows = [[f"arm {r['arm']}", f"{r['change'][0]} → {values.text_of(r['change'][1])}", *_cmp_row(r["comparison"])]
                 for r in moves]
         s.add("table", pd.DataFrame(rows, columns=["move", "change", *cols]))
-    h2h = [r for r in b.records if r["op"] == "compare" and r.get("kind") == "head-to-head"]
+    h2h = [r for r in b.st.comparisons if r.get("kind") == "head-to-head"]
     if h2h:
         c = h2h[-1]["comparison"]
         s.add("p", f"Final head-to-head, the incumbent against the starting shape: {c['effect']:+.1%} "
@@ -208,7 +208,7 @@ def decisions(b, df: pd.DataFrame) -> Section:
         s.add("ul", [f"{k[0]} → {k[1]}: {c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}], spread of one run "
                      f"{(c['sigma'][0] or 0):.1%} vs the incumbent's {(c['sigma'][1] or 0):.1%}, "
                      f"{c['boots'][0]} boot(s)" for k, c in und])
-    end = next((r for r in reversed(b.records) if r["op"] == "campaign_end"), None)
+    end = b.st.ended
     if end and end.get("reason"):
         s.add("p", f"The night ended: {end['reason']}.")
     return s

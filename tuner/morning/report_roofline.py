@@ -20,20 +20,21 @@ from tuner.morning.report_model import Section, missing
 log = logging.getLogger("tuner.report")
 
 
-def _bandwidth(folder: Path, camp: dict) -> tuple[float | None, str]:
+def _bandwidth(folder: Path, camp: dict, start: dict | None = None) -> tuple[float | None, str]:
+    """The host memory bandwidth the roofline divides by, and where it came from: the campaign's
+    measure.membw_gbs, else what the night measured at its start (campaign_start ``membw``), else
+    the membw.json an older tuner's report left in the folder. A reader never probes or writes."""
     given = (camp.get("measure") or {}).get("membw_gbs")
     if given:
         return float(given), "campaign measure.membw_gbs"
+    journaled = (start or {}).get("membw")
+    if isinstance(journaled, dict) and journaled.get("gbs"):
+        return float(journaled["gbs"]), str(journaled.get("source") or "measured at the start of the night")
     cache = folder / "membw.json"
     if cache.exists():
         d = json.loads(cache.read_text())
         return d["gbs"], d["source"]
-    from host.membw import membw_probe_gbs
-
-    gbs = membw_probe_gbs()
-    source = "host.membw probe when the report was first written"
-    cache.write_text(json.dumps({"gbs": gbs, "source": source}))
-    return gbs, source
+    return None, "not measured (a night from before the tuner journaled it, or measure.membw_gbs not set)"
 
 
 def roofline(b, df) -> Section | None:
@@ -57,7 +58,7 @@ def roofline(b, df) -> Section | None:
     except (OSError, ValueError) as e:
         return s.add("p", f"The model {model} could not be read as GGUF ({e}): bytes per token n/a.")
     per_token = bytes_per_token(tensors, n_expert, n_used)
-    gbs, source = _bandwidth(Path(b.folder), camp)
+    gbs, source = _bandwidth(Path(b.folder), camp, b.start)
     inc_n = b.inc_arm.get(b.st.incumbent.key())
     if inc_n is None or inc_n not in df.index:
         return s.add("p", "No measured incumbent: decode n/a.")

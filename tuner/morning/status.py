@@ -15,7 +15,7 @@ from pathlib import Path
 from arms.errors import ConfigError
 
 from arms import values
-from tuner.night.compare import ERROR_RATE
+from tuner.night.schema import Journaled
 
 PHASE_FILE = "phase.json"        # written by the running daemon (tuner/morning/liveview.py)
 
@@ -73,18 +73,18 @@ def _deadline(records: list[dict], start: dict) -> float | None:
     from tuner.night.campaign import Budget
     from tuner.night.ending import budget_deadline
 
-    budget = ((start.get("campaign") or {}).get("budget") or {})
+    budget = Journaled(start.get("campaign")).budget
     try:
-        until = tuple(int(x) for x in str(budget["until"]).strip().split(":")) if budget.get("until") else None
-        hours = float(budget["hours"]) if budget.get("hours") is not None else None
+        until = tuple(int(x) for x in str(budget.until).strip().split(":")) if budget.until else None
     except (TypeError, ValueError):
         return None
-    return budget_deadline(Budget(until=until, hours=hours, timezone=budget.get("timezone")), start.get("t"))
+    hours = None if budget.hours is None else float(budget.hours)
+    return budget_deadline(Budget(until=until, hours=hours, timezone=budget.timezone), start.get("t"))
 
 
 def status_data(folder: Path) -> dict:
     from arms.shape import Shape
-    from tuner.night.readback import read_records
+    from tuner.night.readback import read_records, start_of
     from tuner.night.records import latest_judged
     from tuner.night.state import replay
 
@@ -92,11 +92,11 @@ def status_data(folder: Path) -> dict:
     if not jpath.exists():
         raise ConfigError(f"{folder} holds no journal.jsonl: the campaign has not run yet (`tuner run CAMPAIGN`)")
     records = read_records(jpath)           # a reader: no lock, never writes (the daemon may be mid-line)
-    start = next((r for r in records if r["op"] == "campaign_start"), None)
+    start = start_of(records)
     if start is None:
         raise ConfigError(f"{jpath} has no campaign_start record")
     st = replay(records, Shape.from_dict(start["baseline"]))
-    camp = start.get("campaign") or {}
+    camp = Journaled(start.get("campaign"))
     pid = _pid_alive(folder)
     running = st.open_arms
     phase = None
@@ -131,19 +131,19 @@ def status_data(folder: Path) -> dict:
         state = "stopped"
     deadline = _deadline(records, start)
     return {
-        "folder": str(folder), "campaign": camp.get("name") or folder.name, "state": state,
+        "folder": str(folder), "campaign": camp.name or folder.name, "state": state,
         "arms": len(st.arms), "arm_list": arms,
         "daemon_pid": pid, "running_arm": running[0].n if running and pid else None,
         "interrupted_arm": running[0].n if running and not pid else None,
         "phase": (phase or {}).get("phase") or ("ended" if ended else None),
-        "objective": camp.get("objective", "decode_geomean"),
+        "objective": camp.objective,
         "baseline_objective": base_obj, "incumbent_objective": inc_obj,
         "gain": gain(inc_obj, base_obj), "judged": judged,
-        "error_rate": ended.get("error_rate", (camp.get("noise") or {}).get("error_rate", ERROR_RATE)),
+        "error_rate": ended.get("error_rate", camp.noise.error_rate),
         "incumbent": st.incumbent.key() if st.incumbent else None, "incumbent_arm": st.incumbent_arm,
         "incumbent_changes": incumbent_changes(st),
         "started": start.get("t"), "deadline": deadline,
-        "max_arms": (camp.get("budget") or {}).get("max_arms"),
+        "max_arms": camp.budget.max_arms,
         "ended": ended.get("reason"), "verdict": ended.get("verdict"), "no_result": ended.get("no_result"),
         "counts": _counts(arms),
     }

@@ -112,6 +112,7 @@ class Campaign:
     telemetry: bool = False        # measure.telemetry: each arm's expert-cache telemetry window
     probe_interval_s: float = 2.0  # measure.probe_interval_s: host probes during an arm
     link_gbs: float | None = None  # measure.link_gbs: the host-GPU link the roofline assumes
+    membw_gbs: float | None = None  # measure.membw_gbs: host memory bandwidth for the llama.cpp roofline
 
     def identity(self) -> str:
         """The campaign file's fingerprint: a resumed night must be the same campaign."""
@@ -221,7 +222,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                     boot=model.boot.limits(), folder=folder, raw=raw, profile_overrides=model.profile,
                     measure=measure, search=search, production=production, sweep_plan=sweep,
                     telemetry=model.measure.telemetry, probe_interval_s=model.measure.probe_interval_s,
-                    link_gbs=model.measure.link_gbs)
+                    link_gbs=model.measure.link_gbs, membw_gbs=model.measure.membw_gbs)
 
 
 def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers: dict[str, Lever],

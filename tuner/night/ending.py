@@ -20,6 +20,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from tuner.night.readback import start_of
+
 NO_RESULT_EXIT = 3          # `tuner run`: the night ran and learned nothing (README, tuner/cli.py)
 START_KINDS = ("baseline", "recheck", "start")
 
@@ -70,7 +72,7 @@ def continue_night(records: list[dict], host, budget, proposed: float | None) ->
     resume = getattr(host, "continue_clock", None)
     if resume is not None and last is not None:
         resume(last)
-    start = next((r for r in records if r["op"] == "campaign_start"), None)
+    start = start_of(records)
     offset = host.wall() - host.now()              # host clock -> journal clock
     wall = night_deadline(start, budget, None if proposed is None else proposed + offset)
     return wall, None if wall is None else wall - offset

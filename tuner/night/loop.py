@@ -20,6 +20,7 @@ from arms.verdict import untrusted
 
 from tuner.night.arm_runner import ArmRunner, log_verdict
 from tuner.night.compare import Side, compare, estimate_drift, look_alpha
+from tuner.night.readback import start_of
 from tuner.night.ending import (NoResult, continue_night, deadline_from, final_end, judged_start,  # noqa: F401
                                  no_result)
 from tuner.night.sampler import OneChangeSampler, told_as, trial_of
@@ -59,10 +60,12 @@ class CampaignLoop:
 
     def __init__(self, camp, host: Host, profile: EngineProfile, *, deadline: float | None = None,
                  max_arms: int | None = None, force_resume: bool = False, stop: Callable[[], bool] | None = None,
-                 on_arm: Callable[[State, dict], None] | None = None, simulated: bool | None = None):
+                 on_arm: Callable[[State, dict], None] | None = None, simulated: bool | None = None,
+                 facts: Callable[[], dict] | None = None):
         self.camp, self.host, self.profile = camp, host, profile
         self.max_arms, self.force = max_arms, force_resume
         self.simulated = bool(getattr(host, "simulated", False)) if simulated is None else simulated
+        self.facts = facts                  # what the host measured for a new night (journaled in campaign_start)
         self.stop = stop or (lambda: False)
         self.on_arm = on_arm
         self.drift_correction = False       # compare.estimate_drift: off, bench/results/drift.md says why
@@ -92,7 +95,7 @@ class CampaignLoop:
     # -- start: identity, reconcile ----------------------------------------------------------
     def _start(self) -> State:
         h = campaign_hash(self.camp)
-        started = next((r for r in self.journal.records if r["op"] == "campaign_start"), None)
+        started = start_of(self.journal.records)
         if started and started.get("campaign_hash") != h and not self.force:
             old, new = started.get("campaign", {}), self.camp.record()
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
@@ -103,7 +106,7 @@ class CampaignLoop:
             self.journal.append("campaign_start", campaign_hash=h, campaign=self.camp.record(),
                                 file=str(self.camp.path.resolve()), baseline=self.camp.baseline.to_dict(),
                                 baseline_identity=self.camp.baseline.key(), deadline=self.deadline_wall,
-                                simulated=self.simulated)
+                                simulated=self.simulated, **(self.facts() if self.facts else {}))
         else:
             self.journal.append("note", text="resumed", campaign_hash=h)
         removed = sweep_orphans(self.host, self.camp.name)

@@ -137,3 +137,8 @@ def load_records(folder: Path) -> list[dict]:
     if not any(r.get("op") == "campaign_start" for r in records):
         raise ConfigError(f"{Path(folder) / 'journal.jsonl'} has no campaign_start record: not a campaign journal")
     return records
+
+
+def start_of(records: list[dict]) -> dict | None:
+    """The night's ``campaign_start`` record (the first), None when the journal has none."""
+    return next((r for r in records if r.get("op") == "campaign_start"), None)

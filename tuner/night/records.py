@@ -36,6 +36,7 @@ class CampaignStart(Record):
     deadline: float | None = None            # the night's deadline, epoch s on the journal's clock (fixed
                                              #   at the start; a resume keeps it); absent before it was journaled
     simulated: bool | None = None            # run on a simulated host (`tuner run --simulated`): never promoted
+    membw: dict | None = None                # {gbs, source}: host memory bandwidth measured at the start (llama.cpp)
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ REQ = object()
 TYPES: dict[str, tuple[type, dict[str, tuple[Any, Any]]]] = {
     "campaign_start": (CampaignStart, {"baseline": (dict, None), "campaign_hash": (str, None),
                                        "baseline_identity": (str, None), "deadline": (float, None),
-                                       "simulated": (bool, None)}),
+                                       "simulated": (bool, None), "membw": (dict, None)}),
     "arm_start": (ArmStart, {"arm": (int, REQ), "kind": (str, REQ), "shape": (dict, REQ), "incumbent": (str, REQ),
                              "change": (list, None), "trial": (int, None), "identity": (str, None),
                              "judged": (dict, None), "params": (dict, None)}),

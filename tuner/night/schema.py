@@ -215,6 +215,18 @@ class Journaled:
     def objective(self) -> str:
         return str(self.raw.get("objective") or CampaignModel.model_fields["objective"].default)
 
+    @property
+    def constraints(self):
+        """The night's constraints (tuner.night.verdict.Constraints)."""
+        from tuner.night.verdict import Constraints
+
+        return Constraints.from_mapping(self.raw.get("constraints"), "campaign")
+
+    @property
+    def has_production(self) -> bool:
+        """A production section: the baseline is the production service's shape."""
+        return bool(self.raw.get("production"))
+
 
 # -- errors --------------------------------------------------------------------------------
 class CampaignInvalid(ConfigError):

@@ -61,7 +61,8 @@ class State:
     incumbent_score: Score | None = None
     samples: list[float] = field(default_factory=list)      # the incumbent's objective re-measures
     started: dict | None = None
-    ended: dict | None = None
+    ended: dict | None = None                               # the last campaign_end
+    ends: list[dict] = field(default_factory=list)          # every campaign_end (a night stopped and resumed)
     guard: list[dict] = field(default_factory=list)
     moves: list[dict] = field(default_factory=list)
     incumbent_key: str | None = None
@@ -305,6 +306,15 @@ def _joint(baseline: Shape, params: dict, levers: dict, key: str) -> Shape | Non
     return shape if shape.key() == key else None
 
 
+def replay_decisions(records: list[dict], baseline: Shape) -> State:
+    """The State of the records that decide the incumbent — the campaign, the moves, the
+    comparisons, its baseline and re-check arms — without a Shape for each of 10,000 probes: the
+    incumbent, its re-measures, moves, comparisons and ends are those of the whole journal's State
+    (what the morning report reads)."""
+    return replay([r for r in records if r.get("op") not in ("arm_start", "arm_end", "told")
+                   or r.get("kind") in ("baseline", "recheck")], baseline)
+
+
 def replay(records: list[dict], baseline: Shape, levers: dict | None = None) -> State:
     """State from the journal's records. ``baseline`` and ``levers`` are the campaign's real ones
     (the loop's); a reader passes the journaled baseline and no levers, and gets sealed shapes
@@ -426,3 +436,4 @@ def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None =
         st.guard.append(rec.raw)
     elif isinstance(rec, CampaignEnd):
         st.ended = rec.raw
+        st.ends.append(rec.raw)

@@ -93,14 +93,14 @@ def campaign_file(folder: Path, start: dict) -> Path:
 def load_context(folder: str | os.PathLike, writer: bool = True) -> Context:
     """The campaign folder read for a promotion; ``writer=False`` (a dry run) only reads, the
     writer opens the journal to append (under the folder's lock, tuner/production/promote.py)."""
-    from tuner.night.readback import read_journal
+    from tuner.night.readback import read_journal, start_of
 
     folder = Path(folder)
     jpath = folder / "journal.jsonl"
     if not jpath.exists():
         raise ConfigError(f"{folder} holds no journal.jsonl: not a campaign folder, or the campaign never ran")
     journal = Journal(jpath) if writer else read_journal(jpath)
-    start = next((r for r in journal.records if r["op"] == "campaign_start"), None)
+    start = start_of(journal.records)
     if start is None:
         raise ConfigError(f"{jpath} has no campaign_start record")
     raw, file = dict(start.get("campaign") or {}), campaign_file(folder, start)
