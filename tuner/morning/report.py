@@ -169,7 +169,7 @@ class _Builder:
             log = (((a.end or {}).get("probes") or {}).get("summary") or {}).get("kernel_log") or ""
             if "simulated host" in log:
                 return True, f"inferred: arm #{a.n}'s host probes say “{log}”"
-        engine = str(self.camp.raw.get("engine") or "")
+        engine = self.camp.engine
         t0 = float(self.records[0].get("t") or 0.0)
         if t0 and t0 % 900 == 0:             # SimHost's epoch; a real clock is never on the quarter hour to the ms
             return True, "inferred: the night starts on the quarter-hour to the millisecond, as a simulated host's clock does"

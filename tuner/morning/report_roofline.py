@@ -16,6 +16,7 @@ from arms.headroom import Roofline, bytes_per_token
 from arms.profiles import load_profile
 
 from tuner.morning.report_model import Section, missing
+from tuner.night.schema import Journaled
 
 log = logging.getLogger("tuner.report")
 
@@ -24,7 +25,7 @@ def _bandwidth(folder: Path, camp: dict, start: dict | None = None) -> tuple[flo
     """The host memory bandwidth the roofline divides by, and where it came from: the campaign's
     measure.membw_gbs, else what the night measured at its start (campaign_start ``membw``), else
     the membw.json an older tuner's report left in the folder. A reader never probes or writes."""
-    given = (camp.get("measure") or {}).get("membw_gbs")
+    given = Journaled(camp).measure.membw_gbs
     if given:
         return float(given), "campaign measure.membw_gbs"
     journaled = (start or {}).get("membw")
@@ -40,7 +41,7 @@ def _bandwidth(folder: Path, camp: dict, start: dict | None = None) -> tuple[flo
 def roofline(b, df) -> Section | None:
     camp = b.start.get("campaign") or {}
     try:
-        family = load_profile(str(camp.get("engine") or "vllm")).family
+        family = load_profile(Journaled(camp).engine).family
     except Exception:       # noqa: BLE001 - a profile the report cannot load: no roofline
         return None
     if family != "llamacpp":

@@ -34,7 +34,11 @@ import yaml
 
 from arms.argv import parse_argv as parse_engine_argv
 from arms.errors import ConfigError
+from arms.measure import MeasurePlan
 from arms.shape import COMPILE_CACHE_TARGET, Mount, Shape
+from tuner.night.schema import Noise
+
+_PLAN, _NOISE = MeasurePlan(), Noise()     # the written campaign states the defaults it runs with
 
 PODMAN_ENV = {"container": None, "HOSTNAME": None, "TERM": "xterm", "HOME": "/root",
               "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -248,9 +252,10 @@ def render_campaign(ins: Inspected, *, name: str, container: str) -> str:
         lines.append(f"  options: {_y({k: _plain(v) for k, v in s.options})}")
     lines += ["", f"# Suggested levers for the {ins.profile} profile: each arm changes exactly one of them.",
               "levers:", LEVERS.get(ins.profile, LEVERS["vllm"]).rstrip("\n"), "",
-              "measure: {depths: [166, 1087, 4064], runs: 3, warm_tokens: 64, max_tokens: 256}",
+              f"measure: {{depths: {list(_PLAN.depths)}, runs: {_PLAN.runs}, warm_tokens: {_PLAN.warm_tokens}, "
+              f"max_tokens: {_PLAN.max_tokens}}}",
               "objective: decode_geomean",
-              "noise: {recheck_every: 6, min_effect: 0.02}",
+              f"noise: {{recheck_every: {_NOISE.recheck_every}, min_effect: {_NOISE.min_effect:g}}}",
               "budget: {until: \"07:00\", max_arms: 60}",
               "boot: {timeout_s: 1200, hang_s: 600}",
               "# production:                          # the service this container is; `tuner promote` writes it",
