@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,7 @@ class BoxConditions:
         self._cg: Path | None = None
         self._t0: tuple | None = None
         self._gpu0: list | None = None
+        self._nv: Any | None = None
 
     def _resolve(self) -> None:
         if self._resolved:
@@ -185,16 +187,26 @@ class BoxConditions:
 
     # -- NVML ----------------------------------------------------------------------------------
     def _nvml(self) -> Any | None:
-        if self.nvml_arg is None:
-            return None
-        if self.nvml_arg != "auto":
-            return self.nvml_arg
+        """The NVML module, initialised once for this probe's life (the first nvmlInit of a
+        process can take a second; the runs' own calls then only count references), shut down
+        when the probe is collected; None without nvidia-ml-py or a driver (never tried again)."""
+        if self.nvml_arg is None or self._nv is not None:
+            return self._nv
+        nv = self.nvml_arg
+        if nv == "auto":
+            try:
+                import pynvml as nv  # type: ignore[import-not-found,no-redef]
+            except ImportError:
+                self.nvml_arg = None
+                return None
         try:
-            import pynvml  # type: ignore[import-not-found]
-        except ImportError:
-            self.nvml_arg = None             # not installed: never tried again
+            nv.nvmlInit()
+        except Exception:  # noqa: BLE001 - no GPU, no driver: absent
+            self.nvml_arg = None
             return None
-        return pynvml
+        self._nv = nv
+        weakref.finalize(self, _try, nv.nvmlShutdown)
+        return nv
 
     def _holders(self) -> list[tuple[int, str]] | None:
         from host.probes import gpu_holders
@@ -208,10 +220,6 @@ class BoxConditions:
     def _gpu(self) -> list[dict] | None:
         nv = self._nvml()
         if nv is None:
-            return None
-        try:
-            nv.nvmlInit()
-        except Exception:  # noqa: BLE001 - no GPU, no driver: absent
             return None
         out = []
         try:
@@ -228,8 +236,6 @@ class BoxConditions:
                 out.append(g)
         except Exception as e:  # noqa: BLE001
             log.debug("NVML read failed: %s", e)
-        finally:
-            _try(nv.nvmlShutdown)
         return out
 
     def _container_pids(self) -> set[int]:

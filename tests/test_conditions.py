@@ -115,6 +115,50 @@ def test_without_nvidia_ml_py_the_gpu_fields_are_absent_not_an_error():
     assert d["source"] == "psutil"
 
 
+class StandInNvml:
+    """NVML's calls as nvidia-ml-py names them, for a box with no NVIDIA GPU (as gpu_holders'
+    test does): GPU 0 runs the engine's process and, from the second reading on, a stranger's."""
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+
+    def __init__(self, engine_pid: int, stranger_pid: int):
+        self.engine_pid, self.stranger_pid, self.reads = engine_pid, stranger_pid, 0
+
+    def nvmlInit(self): pass
+    def nvmlShutdown(self): pass
+    def nvmlDeviceGetCount(self): return 1
+    def nvmlDeviceGetHandleByIndex(self, i): return i
+    def nvmlDeviceGetClockInfo(self, h, which): return {1: 1980, 2: 2619}[which]
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h): return 0x4
+    def nvmlDeviceGetTemperature(self, h, sensor): return 51
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        self.reads += 1
+        procs = [self.engine_pid] + ([self.stranger_pid] if self.reads > 1 else [])
+        return [type("P", (), {"pid": p, "usedGpuMemory": 1 << 30})() for p in procs]
+
+
+def test_gpu_clocks_throttle_and_a_strangers_gpu_process(tmp_path):
+    """The engine's own GPU process is not foreign; one outside its container marks the run."""
+    import subprocess
+
+    engine = subprocess.Popen(["sleep", "30"])
+    try:
+        nv = StandInNvml(engine.pid, stranger_pid=1)
+        c = hc.BoxConditions(lambda: engine.pid, nvml=nv)
+        c.start()
+        d = c.stop()
+        quiet = hc.BoxConditions(lambda: engine.pid, nvml=StandInNvml(engine.pid, stranger_pid=engine.pid))
+        quiet.start()
+        alone = quiet.stop()
+    finally:
+        engine.kill()
+        engine.wait()
+    assert d["gpu"] == [{"index": 0, "sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "throttle": ["sw_power_cap"], "temp_c": 51}]
+    assert [p for p, _ in d["foreign_gpu"]] == [1] and d["container_cpu"] in ("cgroup", "process tree")
+    assert "another process holds the GPU: pid 1" in contention(d)
+    assert alone["foreign_gpu"] == [] and contention({**alone, "foreign_cores": 0.0}) is None
+
+
 # -- the landscape's tenant --------------------------------------------------------------------
 BAD = [
     ("tenant: {at_hours: 1, cores: 1}\n", "tenant", "a mapping {at_hours: H, until_hours: U, cores: C, factor: F}"),
