@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import httpx
 
+    from .conditions import RunConditions
+
 LABEL_MANAGED = "tuner.managed"
 LABEL_CAMPAIGN = "tuner.campaign"
 LABEL_ARM = "tuner.arm"
@@ -155,6 +157,13 @@ class Host(Protocol):
         """A context manager that samples what one arm's container costs the host while it runs
         (RAM, swap, VRAM, the engine's RSS, OOM kills); ``to_dict()`` after the block. A simulated
         host samples its simulation, never the machine it runs on."""
+
+    def conditions(self, cid: str) -> "RunConditions":
+        """A probe of the box's conditions around each measured run of this container:
+        ``start()`` before the run, ``stop()`` after it returns a dict (``arms.conditions``: the
+        load average, the CPU time processes other than the container and the tuner used, CPU
+        frequency, GPU clocks and foreign GPU processes where readable). A simulated host reports
+        its simulation (a landscape's ``tenant``), never the machine it runs on."""
 
     def unit(self, name: str, action: str) -> str:
         """systemd unit control for the production guard and promotion: action is one of

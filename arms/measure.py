@@ -18,6 +18,11 @@ asked, or fewer tokens than asked on an engine that ignores EOS. More than
 ``max_invalid_per_depth`` invalid runs at a depth make the arm ``invalid`` (never a zero).
 Spec-decode acceptance comes from /metrics counter deltas across the measured runs only;
 absent counters give None ("n/a").
+
+With a ``conditions`` probe (``Host.conditions``) every run records the box during it (load,
+foreign CPU load, CPU frequency, GPU clocks) and a run taken while another process held the box
+is marked ``contended`` (``arms.conditions``): still valid, its figures kept, but the night's
+comparisons leave it out. Without one (``--url`` mode, tests) runs carry neither field.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from . import httpio
+from .conditions import RunConditions, contention
 from .errors import ConfigError, MeasurementError
 from .prompts import (DEFAULT_CACHE, LLAMACPP_API, VLLM_API, EngineAPI, PromptCache,
                       Tokenizer, api_from_profile)
@@ -96,6 +102,8 @@ class RunResult:
     engine_prompt_ms: float | None = None
     engine_predicted_n: int | None = None
     engine_predicted_ms: float | None = None
+    conditions: dict | None = None     # the box during the run (arms.conditions), None: not probed
+    contended: str | None = None       # why another process held the box during the run, None: it did not
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,9 @@ class Measurement:
             d = asdict(r)
             if not include_text:
                 d.pop("text")
+            for k in ("conditions", "contended"):      # absent when not probed: the old records' shape
+                if d[k] is None:
+                    d.pop(k)
             return d
         return {
             "outcome": self.outcome, "reason": self.reason, "profile": self.profile,
@@ -381,8 +392,11 @@ def discover_model(client: httpx.Client, base: str, api: EngineAPI,
 # -- the measurement --------------------------------------------------------------------------
 def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
                    http: httpx.Client | None = None, clock: Clock = time.monotonic,
-                   prompts: PromptCache | None = None) -> Measurement:
-    """Measure the engine at ``base_url`` (already serving) under ``plan``."""
+                   prompts: PromptCache | None = None,
+                   conditions: RunConditions | None = None) -> Measurement:
+    """Measure the engine at ``base_url`` (already serving) under ``plan``. ``conditions``
+    (``Host.conditions``): started before and stopped after every run; each run keeps what it
+    read and is marked ``contended`` when another process held the box (``arms.conditions``)."""
     t_start, base = clock(), base_url.rstrip("/")
     client = http or httpio.fresh_client(plan.idle_timeout_s, connect=10.0)
     try:
@@ -430,11 +444,20 @@ def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
                 body["cache_prompt"] = False
             elif api.cache_defeat == "salt":
                 body["cache_salt"] = f"{salt}-{sent}"
+            if conditions is not None:
+                conditions.start()
             s = stream_completion(client, base + api.completions_path, body, clock=clock,
                                   idle_timeout_s=plan.idle_timeout_s,
                                   run_timeout_s=plan.run_timeout_s)
-            return classify(s, n, ignores_eos=api.ignores_eos, depth=depth,
-                            prompt_tag=tag if unique else "")
+            r = classify(s, n, ignores_eos=api.ignores_eos, depth=depth,
+                         prompt_tag=tag if unique else "")
+            if conditions is None:
+                return r
+            cond = conditions.stop()
+            why = contention(cond)
+            if why:
+                log.info("[measure depth %d] run contended: %s", depth, why)
+            return dataclasses.replace(r, conditions=cond, contended=why)
 
         warm = run(todo[0], plan.warm_tokens, "warm") if plan.warm_tokens else None
         metrics_url = base + api.metrics_path if api.metrics_path else None

@@ -45,6 +45,7 @@ class FakeHost(RealTime):
         self._lock = threading.Lock()
         self.units: dict[str, str] = {}          # unit -> active | inactive | failed (and "+masked")
         self.unit_calls: list[tuple[str, str]] = []
+        self.foreign_cores = 0.0                 # what ``conditions`` reports as other processes' CPU load
 
     def resolve_image(self, ref: str) -> ImageInfo:
         self.calls.append(("resolve_image", ref))
@@ -128,6 +129,12 @@ class FakeHost(RealTime):
         from host.probes import StateProbes
 
         return StateProbes(self, cid, interval_s, source="fake")
+
+    def conditions(self, cid: str):
+        """No machine under a fake: ``foreign_cores`` (set it to script another tenant)."""
+        from host.conditions import VirtualConditions
+
+        return VirtualConditions(self.now, lambda t0, t1: self.foreign_cores, "fake")
 
     def list_managed(self, labels: dict[str, str] | None = None) -> list[tuple[str, dict[str, str]]]:
         want = {LABEL_MANAGED: "1", **(labels or {})}

@@ -261,6 +261,13 @@ class PodmanHost(RealTime, Systemctl):
 
         return for_container(self, cid, interval_s=interval_s)
 
+    def conditions(self, cid: str):
+        """The real box around each run: foreign CPU load, load average, CPU frequency, GPU
+        clocks and holders (``host.conditions.BoxConditions``)."""
+        from host.conditions import for_container
+
+        return for_container(self, cid)
+
     def list_managed(self, labels: dict[str, str] | None = None) -> list[tuple[str, dict[str, str]]]:
         filters = [f"label={LABEL_MANAGED}=1"] + [f"label={k}={v}" for k, v in (labels or {}).items()]
         return [(c.id, dict(c.labels or {})) for c in self.client.containers.list(all=True, filters=filters)]

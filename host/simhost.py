@@ -36,6 +36,7 @@ import httpx
 
 from arms.errors import HostError
 from arms.host import ContainerSpec, ContainerState, LogFollower
+from simengine import realbox
 from simengine.boot import Boot
 from simengine.cli import Log, PrepareError, prepare
 from simengine.engine import EngineCore
@@ -160,6 +161,21 @@ class SimHost:
         from host.probes import StateProbes
 
         return StateProbes(self, cid, interval_s, source="simulated")
+
+    def conditions(self, cid: str):
+        """Simulated conditions: the container's landscape ``tenant`` cores over each run, on the
+        virtual clock (``simengine.realbox.tenant_cores``); the machine running the simulation is
+        never read."""
+        from host.conditions import VirtualConditions
+
+        def foreign(t0: float, t1: float) -> float:
+            ctr = self.containers.get(cid)
+            core = ctr.core if ctr is not None else None
+            if core is None or not core.b.tenants:
+                return 0.0
+            return realbox.tenant_cores(core.b.tenants, t0 - core.epoch, t1 - core.epoch)
+
+        return VirtualConditions(self.now, foreign, "simulated")
 
     def sleep(self, seconds: float) -> None:
         self.advance(seconds)

@@ -55,6 +55,7 @@ class Behaviour:
     noise_seed: int = 0                   # decode noise: a new stream on every boot
     drift_per_h: float = 0.0              # landscape drift_per_hour: rate x exp(drift x hours since epoch)
     drift_steps: tuple = ()               # landscape drift_step: ((seconds since epoch, factor), ...)
+    tenants: tuple = ()                   # landscape tenant: ((from s, until s, cores, factor), ...)
     boot_factor: float = 1.0              # this boot's spread x its cold start (simengine.realbox)
     warmup_requests: int = 0              # landscape warmup: the first N requests ramp from
     warmup_factor: float = 1.0            # warmup_factor up to 1

@@ -236,6 +236,8 @@ class EngineCore:
             rate *= math.exp(b.drift_per_h * (self.clock() - self.epoch) / 3600.0)
         if b.drift_steps:
             rate *= realbox.step_factor(b.drift_steps, self.clock() - self.epoch)
+        if b.tenants:
+            rate *= realbox.tenant_factor(b.tenants, self.clock() - self.epoch)
         rate *= b.boot_factor * realbox.warmup_factor(b.warmup_requests, b.warmup_factor, n_request)
         acceptance = b.acceptance
         if b.corrupt is not None:

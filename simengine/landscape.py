@@ -30,7 +30,7 @@ ABSENT = "absent"
 TOP_KEYS = {
     "name": str, "description": str, "time_scale": (int, float), "decode_scale": (int, float),
     "noise_sigma": (int, float), "drift_per_hour": (int, float), "boot_sigma": (int, float), "warmup": dict,
-    "cold_start": dict, "drift_step": (dict, list), "seed": int, "hardware": dict, "memory": dict,
+    "cold_start": dict, "drift_step": (dict, list), "tenant": (dict, list), "seed": int, "hardware": dict, "memory": dict,
     "reference": dict, "decode": dict, "acceptance": dict, "prefill": dict, "effects": dict,
     "interactions": list, "rules": list, "boot": dict, "telemetry": dict,
     "ignored_flags": list, "numerics": dict, "concurrency": dict,

@@ -335,6 +335,7 @@ def build_behaviour(land: Landscape, values: dict, plan: Plan, *, model: str, tp
         swap_layers=plan.swap_layers, expert_counters=counters, fault=fault,
         seed=int(land.get("seed", 0)), noise_seed=noise_seed, stream_interval=stream_interval,
         drift_per_h=float(land.get("drift_per_hour", 0.0)), drift_steps=realbox.steps(land.data),
+        tenants=realbox.tenants(land.data),
         boot_factor=boot.rate_factor, warmup_requests=int((land.get("warmup") or {}).get("requests", 0)),
         warmup_factor=float((land.get("warmup") or {}).get("factor", 1.0)),
     )

@@ -7,6 +7,9 @@ boot, drift and a step (another tenant). Pure functions of the landscape, the bo
                  load_factor: 2.5}          load_factor times slower (the model read from disk)
     drift_per_hour: 0.02                    rate x exp(drift x hours since the epoch) (engine.py)
     drift_step: {at_hours: 3, factor: 0.95} from hour H on the rate is x F (a list: several steps)
+    tenant: {at_hours: 1, until_hours: 2,   another process on the box from hour H until U: it
+             cores: 1.5, factor: 0.8}       takes C cores (the simulated host reports them as the
+                                            runs' foreign load) and the rate is x F (a list: several)
 
 A boot knows its place on the box from ``SIMENGINE_BOOT_INDEX`` (0 for the first boot; the
 simulated host counts its boots, a fresh host being a box whose page cache is cold), or else from
@@ -25,6 +28,7 @@ from pathlib import Path
 WARMUP_KEYS = {"requests", "factor"}
 COLD_KEYS = {"factor", "boots", "load_factor"}
 STEP_KEYS = {"at_hours", "factor"}
+TENANT_KEYS = {"at_hours", "until_hours", "cores", "factor"}
 COLD_LOAD_FACTOR = 2.5          # a cold boot's model load, x the warm one, when the landscape names no load_factor
 BOX_COUNTER = "simengine-boots"
 
@@ -77,7 +81,26 @@ def problems(d: dict) -> list[tuple[str, str]]:
                 out.append((f"{key}.at_hours", f"hours >= 0, not {st['at_hours']!r}"))
             elif not (_num(st["factor"]) and st["factor"] > 0):
                 out.append((f"{key}.factor", f"a positive factor, not {st['factor']!r}"))
+    t = d.get("tenant")
+    if t is not None:
+        for i, te in enumerate(t if isinstance(t, list) else [t]):
+            key = "tenant" if not isinstance(t, list) else f"tenant[{i}]"
+            out += _tenant_problems(key, te)
     return out
+
+
+def _tenant_problems(key: str, te) -> list[tuple[str, str]]:
+    if not isinstance(te, dict) or set(te) != TENANT_KEYS:
+        return [(key, f"a mapping {{at_hours: H, until_hours: U, cores: C, factor: F}}, not {te!r}")]
+    if not (_num(te["at_hours"]) and te["at_hours"] >= 0):
+        return [(f"{key}.at_hours", f"hours >= 0, not {te['at_hours']!r}")]
+    if not (_num(te["until_hours"]) and te["until_hours"] > te["at_hours"]):
+        return [(f"{key}.until_hours", f"hours after at_hours {te['at_hours']!r}, not {te['until_hours']!r}")]
+    if not (_num(te["cores"]) and te["cores"] >= 0):
+        return [(f"{key}.cores", f"CPU cores >= 0 the tenant keeps busy (e.g. 1.5), not {te['cores']!r}")]
+    if not (_num(te["factor"]) and te["factor"] > 0):
+        return [(f"{key}.factor", f"a positive factor (the rate while it is there, e.g. 0.8), not {te['factor']!r}")]
+    return []
 
 
 def steps(d: dict) -> tuple[tuple[float, float], ...]:
@@ -86,6 +109,31 @@ def steps(d: dict) -> tuple[tuple[float, float], ...]:
     if s is None:
         return ()
     return tuple(sorted((float(x["at_hours"]) * 3600.0, float(x["factor"])) for x in (s if isinstance(s, list) else [s])))
+
+
+def tenants(d: dict) -> tuple[tuple[float, float, float, float], ...]:
+    """The landscape's tenants as (from, until seconds since the epoch, cores, rate factor)."""
+    t = d.get("tenant")
+    if t is None:
+        return ()
+    return tuple(sorted((float(x["at_hours"]) * 3600.0, float(x["until_hours"]) * 3600.0, float(x["cores"]),
+                         float(x["factor"])) for x in (t if isinstance(t, list) else [t])))
+
+
+def tenant_factor(tens: tuple[tuple[float, float, float, float], ...], seconds: float) -> float:
+    """The product of the rate factors of every tenant present at ``seconds``."""
+    f = 1.0
+    for at, until, _, factor in tens:
+        if at <= seconds < until:
+            f *= factor
+    return f
+
+
+def tenant_cores(tens: tuple[tuple[float, float, float, float], ...], t0: float, t1: float) -> float:
+    """The tenants' CPU cores averaged over [t0, t1] seconds since the epoch (over no time: at t0)."""
+    if t1 <= t0:
+        return sum(c for at, until, c, _ in tens if at <= t0 < until)
+    return sum(c * max(0.0, min(t1, until) - max(t0, at)) for at, until, c, _ in tens) / (t1 - t0)
 
 
 def boot_index(env: dict) -> int | None:

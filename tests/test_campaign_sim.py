@@ -202,8 +202,9 @@ def test_an_unreachable_constraint_keeps_the_production_shape_and_exits_0(tmp_pa
     rep = subprocess.run([sys.executable, "-m", "tuner.cli", "report", str(folder)], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr[-2000:]
-    assert "**No shape satisfies** max concurrency >= 1.99x at 200,704 tokens" in rep.stdout
-    assert "**Recommended shape:** keep the production shape as it is" in rep.stdout
+    # the answer first (issue 20): keep the start, and why; "production shape" only with a production section
+    assert ("**Recommendation: keep the campaign's baseline as it is** — no shape satisfies max concurrency "
+            ">= 1.99x at 200,704 tokens") in rep.stdout
     with pytest.raises(ConfigError, match="no shape satisfies the campaign's constraints"):
         choose(replay(recs, load_campaign(path).baseline), None, force=False)
 

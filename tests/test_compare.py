@@ -172,3 +172,31 @@ def test_a_run_something_else_stalled_is_left_out_and_counted():
     assert Side.of([{"depths": {"166": {"runs": [{"valid": True, "decode_tok_s": x} for x in (30.0, 0.5)]}}}]).disturbed == 0
     assert Side.of([{"depths": {"166": {"runs": [{"valid": True, "decode_tok_s": x} for x in (30.0, 31.0, 16.0)]}}}]).disturbed == 0
     assert "disturbed" not in compare(slow, slow, alpha=0.001).to_dict()
+
+
+def test_a_run_another_process_held_the_box_for_is_left_out_and_counted_on_its_own():
+    """Issue 19, Build 4: an incumbent boot measured while a tenant slowed the box 20 % (its runs
+    marked ``contended`` by the measurement) makes a zero-effect challenger read +8 % (and the
+    boot-to-boot spread it adds leaves the comparison undecided); left out, the effect is ~0
+    again, and the comparison counts what it left out apart from the disturbed runs. A record without the mark (every old journal) is unchanged."""
+    rng = random.Random(41)
+    inc = [boot(rng, runs=6) for _ in range(2)] + [boot(rng, 0.8, runs=6)]
+    for d in inc[2]["depths"].values():
+        for r in d["runs"]:
+            r["contended"] = "foreign CPU load 1.50 cores >= 0.5"
+            r["conditions"] = {"source": "simulated", "foreign_cores": 1.5}
+    ch = [boot(rng, runs=6) for _ in range(2)]
+    inc[0]["depths"]["166"]["runs"][0]["decode_tok_s"] = 0.4          # and one stalled run as well
+    c = compare(Side.of(ch), Side.of(inc), alpha=0.001)
+    assert c.contended == (0, 18) and c.disturbed == (0, 1) and c.runs == (36, 35) and c.boots == (2, 2)
+    assert c.to_dict()["contended"] == [0, 18] and abs(c.effect) < 0.03
+    unmarked = [{"depths": {d: {"runs": [{k: v for k, v in r.items() if k not in ("contended", "conditions")}
+                                         for r in x["runs"]]} for d, x in m["depths"].items()}} for m in inc]
+    seen = compare(Side.of(ch), Side.of(unmarked), alpha=0.001)
+    assert seen.contended == (0, 0) and "contended" not in seen.to_dict() and seen.boots == (2, 3)
+    assert seen.effect > c.effect + 0.05                               # what the tenant's boot did
+    # an old record and the same record probed on a quiet box compare identically
+    quiet = [{"depths": {d: {"runs": [{**r, "conditions": {"source": "psutil", "foreign_cores": 0.02}}
+                                      for r in x["runs"]]} for d, x in m["depths"].items()}} for m in unmarked]
+    assert compare(Side.of(ch), Side.of(quiet), alpha=0.001).to_dict() == seen.to_dict()
+    assert Side.of([inc[2]]).boots == () and Side.of([inc[2]]).contended == 18

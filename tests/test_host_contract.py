@@ -150,6 +150,31 @@ def test_probes_around_a_container_and_the_wall_clock(env):
     assert 1.6e9 < w0 <= host.wall()
 
 
+def test_conditions_around_a_run_in_one_shape(env):
+    """Host.conditions: every host reports the box around a run in the shape arms.conditions
+    reads; the real host finds the container's own cgroup counter (its CPU is never foreign),
+    a simulated or fake one reports only its model (no tenant here: no foreign load). One probe
+    serves every run of the container."""
+    from arms.conditions import contention
+
+    host, _, ref = env
+    cid = host.start(spec(ref, "tuner-contract-cond"))
+    try:
+        probe = host.conditions(cid)
+        for _ in range(2):
+            probe.start()
+            host.sleep(0.3)
+            d = probe.stop()
+            assert {"source", "wall_s", "foreign_cores", "load_avg", "cpu_freq_mhz"} <= set(d), d
+            assert isinstance(d["foreign_cores"], float) and d["foreign_cores"] >= 0 and d["wall_s"] > 0
+            if d["source"] == "psutil":
+                assert d["container_cpu"] == "cgroup" and len(d["load_avg"]) == 3
+            else:
+                assert d["foreign_cores"] == 0.0 and contention(d) is None
+    finally:
+        host.remove(cid)
+
+
 def test_port_holder_names_our_running_container_and_a_free_port_has_none(env):
     host, _, ref = env
     s = spec(ref, "tuner-contract-arm5")

@@ -141,19 +141,20 @@ class ArmRunner:
             plan = replace(self.plan, max_model_len=boot.report.max_model_len or self.plan.max_model_len)
             with self.host.http_client(b.cid, timeout=plan.run_timeout_s) as http, \
                     self.host.probes(b.cid, interval_s=self.probe_interval_s) as probes:
+                cond = self.host.conditions(b.cid)      # the box around each run: contended runs are marked
                 first = measure_engine(b.base_url, replace(plan, depths=plan.depths[:1]), self.api, http=http,
-                                       clock=self.host.now)
+                                       clock=self.host.now, conditions=cond)
                 crashpoint("measuring", n)
                 pruned = self._prune(first, incumbent_depths, plan.depths[0], kind)
                 m = first if (pruned or len(plan.depths) == 1) else _merge(
                     first, measure_engine(b.base_url, replace(plan, depths=plan.depths[1:], warm_tokens=0), self.api,
-                                          http=http, clock=self.host.now))
+                                          http=http, clock=self.host.now, conditions=cond))
                 while extend is not None and not pruned and m.outcome == "measured":
                     k = extend(m.to_dict())
                     if k <= 0:
                         break
                     m = _extend(m, measure_engine(b.base_url, replace(plan, runs=k, warm_tokens=0), self.api,
-                                                  http=http, clock=self.host.now))
+                                                  http=http, clock=self.host.now, conditions=cond))
                 rec["measure_s"] = round(self.host.now() - t_measure, 3)
                 sweep = self._sweep(n, b) if self.sweep and not pruned and m.outcome == "measured" else None
                 if self.telemetry and not pruned and m.outcome == "measured":

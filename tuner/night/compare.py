@@ -30,6 +30,10 @@ per hour to every shape's boots (each shape its own level); when the slope is cl
 (|slope| > ``DRIFT_Z`` standard errors), each boot's runs are moved to a common time before the
 test, and the slope's own uncertainty, times the gap between the two sides' times, joins the
 standard error.
+
+Contention. A run its measurement marked ``contended`` (another process held the box during it:
+``arms.conditions``) is left out before anything else, like a disturbed run, and counted on its
+own (``Side.contended``, ``Comparison.contended``, in the journal's comparison record when any).
 """
 from __future__ import annotations
 
@@ -51,20 +55,23 @@ def runs_by_depth(measurement: dict | None, depth: int | None = None) -> dict[st
     return _split_runs(measurement, depth)[0]
 
 
-def _split_runs(measurement: dict | None, depth: int | None) -> tuple[dict[str, list[float]], int]:
-    """``runs_by_depth`` and how many valid runs ``undisturbed`` left out of it."""
+def _split_runs(measurement: dict | None, depth: int | None) -> tuple[dict[str, list[float]], int, int]:
+    """``runs_by_depth``, how many valid runs ``undisturbed`` left out of it, and how many valid
+    runs were left out first because another process held the box during them (a run marked
+    ``contended`` by its measurement, ``arms.conditions``; records without the mark keep all)."""
     out: dict[str, list[float]] = {}
-    dropped = 0
+    dropped = contended = 0
     for d, r in ((measurement or {}).get("depths") or {}).items():
         if depth is not None and int(d) != depth:
             continue
-        xs = [math.log(x["decode_tok_s"]) for x in r.get("runs") or []
-              if x.get("valid") and x.get("decode_tok_s")]
+        ok = [x for x in r.get("runs") or [] if x.get("valid") and x.get("decode_tok_s")]
+        xs = [math.log(x["decode_tok_s"]) for x in ok if not x.get("contended")]
+        contended += len(ok) - len(xs)
         kept = undisturbed(xs)
         dropped += len(xs) - len(kept)
         if kept:
             out[str(d)] = kept
-    return out, dropped
+    return out, dropped, contended
 
 
 def undisturbed(xs: list[float]) -> list[float]:
@@ -88,6 +95,7 @@ class Side:
     boots: tuple[dict, ...]
     times: tuple[float, ...] = ()      # hours: when each boot measured (empty: not known)
     disturbed: int = 0                 # valid runs left out as disturbed (``undisturbed``)
+    contended: int = 0                 # valid runs left out: another process held the box (``_split_runs``)
 
     @classmethod
     def of(cls, measurements: list[dict | None], depth: int | None = None,
@@ -95,10 +103,10 @@ class Side:
         if times is not None and len(times) != len(measurements):
             times = None                    # not one time per boot: the times are not used
         split = [_split_runs(m, depth) for m in measurements]
-        pairs = [(b, t) for (b, _), t in zip(split, times if times is not None else [None] * len(measurements)) if b]
+        pairs = [(b, t) for (b, _, _), t in zip(split, times if times is not None else [None] * len(measurements)) if b]
         known = times is not None and all(t is not None for _, t in pairs)
         return cls(tuple(b for b, _ in pairs), tuple(t for _, t in pairs) if known else (),
-                   sum(n for _, n in split))
+                   sum(n for _, n, _ in split), sum(c for _, _, c in split))
 
     def common_depths(self) -> list[str]:
         return sorted(set.intersection(*(set(b) for b in self.boots))) if self.boots else []
@@ -106,7 +114,8 @@ class Side:
     def shifted(self, per_h: float, t0: float) -> "Side":
         """Every boot's runs moved to time ``t0`` along a drift of ``per_h`` (log rate per hour)."""
         return Side(tuple({d: [x - per_h * (t - t0) for x in xs] for d, xs in b.items()}
-                          for b, t in zip(self.boots, self.times)), tuple(t0 for _ in self.times), self.disturbed)
+                          for b, t in zip(self.boots, self.times)), tuple(t0 for _ in self.times), self.disturbed,
+                    self.contended)
 
     def pooled(self) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
@@ -182,6 +191,7 @@ class Comparison:
     why: str
     drift_per_h: float | None = None    # the drift corrected for (relative per hour), None: none seen
     disturbed: tuple[int, int] = (0, 0)  # runs left out as disturbed (challenger, incumbent)
+    contended: tuple[int, int] = (0, 0)  # runs left out: another process held the box (challenger, incumbent)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -192,10 +202,11 @@ class Comparison:
         else:
             d["drift_per_h"] = round(self.drift_per_h, 6)
         d["sigma"] = [None if s is None else round(s, 5) for s in self.sigma]
-        if not any(self.disturbed):
-            d.pop("disturbed")
-        else:
-            d["disturbed"] = list(self.disturbed)
+        for k in ("disturbed", "contended"):     # absent when none: the old records' shape
+            if not any(getattr(self, k)):
+                d.pop(k)
+            else:
+                d[k] = list(getattr(self, k))
         return d
 
     def interval_text(self) -> str:
@@ -293,4 +304,5 @@ def compare(challenger: Side, incumbent: Side, *, alpha: float, drop_alpha: floa
         verdict, why = "undecided", f"interval [{lo:+.1%}, {hi:+.1%}] straddles 0"
     return Comparison(eff, se, lo, hi, alpha, drop_alpha, (challenger.runs, incumbent.runs),
                       (len(challenger.boots), len(incumbent.boots)), (challenger.spread(), incumbent.spread()),
-                      boot_level, verdict, why, drift_per_h, (challenger.disturbed, incumbent.disturbed))
+                      boot_level, verdict, why, drift_per_h, (challenger.disturbed, incumbent.disturbed),
+                      (challenger.contended, incumbent.contended))
