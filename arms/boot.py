@@ -94,7 +94,7 @@ def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str,
     folder.mkdir(parents=True, exist_ok=True)
     spec = container_spec(shape, campaign=campaign, arm=arm, style=profile.family, extra_env=extra_env)
     tag = f"arm {arm}"
-    holder = _port_holder(host, shape.port)
+    holder = host.port_holder(shape.port)        # a method of every Host (arms.host)
     if holder:                         # refused before booting: the holder would answer for it
         report = BootReport(outcome="port-in-use", profile=profile.name, evidence=(
             f"port {shape.port} is already held by {holder}; stop it or give the campaign another "
@@ -144,11 +144,6 @@ def boot_arm(host: Host, shape: Shape, profile: EngineProfile, *, campaign: str,
         log.info("[%s BOOT %s] in %.1f s%s", tag, verdict, result.boot_s,
                  f" — {report.evidence[0]}" if report.evidence and not result.ready else "")
         yield result, b
-
-
-def _port_holder(host: Host, port: int) -> str | None:
-    holder = getattr(host, "port_holder", None)      # optional for hosts written before it
-    return holder(port) if callable(holder) else None
 
 
 def _as_ready(report: BootReport) -> BootReport:

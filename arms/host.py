@@ -105,6 +105,10 @@ class ProbeSession(Protocol):
 
 
 class Host(Protocol):
+    # Capabilities, declared (every host says them; none is guessed with getattr):
+    simulated: bool     # its clock and engines are simulated (host.simhost): a night on it is never promoted unasked
+    write_only: bool    # unit control writes files only, systemd is never touched (`tuner promote --write-only`)
+
     def resolve_image(self, ref: str) -> ImageInfo:
         """Digest reference for an image given by tag or digest; HostError if not present."""
 
@@ -165,6 +169,14 @@ class Host(Protocol):
         frequency, GPU clocks and foreign GPU processes where readable). A simulated host reports
         its simulation (a landscape's ``tenant``), never the machine it runs on."""
 
+    def podman_version(self) -> str | None:
+        """The podman version production units are written for ("4.3.1"), None when this host
+        cannot tell (a fake or simulated host): a Quadlet's keys depend on it."""
+
+    def continue_clock(self, wall: float) -> float:
+        """Move a virtual clock on to the journal time ``wall`` (a resumed simulated night continues
+        where its journal stopped); returns the seconds moved. A real clock never moves: 0."""
+
     def unit(self, name: str, action: str) -> str:
         """systemd unit control for the production guard and promotion: action is one of
         is-active (returns active/inactive/failed/activating/unknown), stop, start, restart,
@@ -176,6 +188,12 @@ UNIT_ACTIONS = ("is-active", "stop", "start", "restart", "mask-runtime", "unmask
 
 class RealTime:
     """Wall-clock timing and a plain network client: the mixin of every real host."""
+
+    simulated = False
+    write_only = False
+
+    def continue_clock(self, wall: float) -> float:
+        return 0.0                          # the wall clock is the wall clock
 
     def base_url(self, cid: str, port: int) -> str:
         return f"http://127.0.0.1:{port}"

@@ -34,6 +34,8 @@ class _Ctr:
 
 
 class FakeHost(RealTime):
+    podman_version_text: str | None = None
+
     def __init__(self, images: dict[str, str] | None = None,
                  program: Callable[[ContainerSpec], FakeRun] | None = None):
         # images: tag or digest reference -> "sha256:..." digest
@@ -144,6 +146,9 @@ class FakeHost(RealTime):
             if all(have.get(k) == v for k, v in want.items()):
                 out.append((cid, have))
         return out
+
+    def podman_version(self) -> str | None:
+        return self.podman_version_text            # a fake has no podman; tests may set one
 
     def port_holder(self, port: int) -> str | None:
         """A running fake container started with ``--port <port>``, else whatever really

@@ -272,6 +272,13 @@ class PodmanHost(RealTime, Systemctl):
         filters = [f"label={LABEL_MANAGED}=1"] + [f"label={k}={v}" for k, v in (labels or {}).items()]
         return [(c.id, dict(c.labels or {})) for c in self.client.containers.list(all=True, filters=filters)]
 
+    def podman_version(self) -> str | None:
+        """The API service's podman version (the units are written for the podman that runs them)."""
+        try:
+            return str(self.client.version()["Version"])
+        except Exception:  # noqa: BLE001 - a service that cannot say: ask the binary
+            return Systemctl.podman_version(self)
+
     def port_holder(self, port: int) -> str | None:
         from .ports import ancestry, describe_pid, listener_pid
 

@@ -121,6 +121,7 @@ class SimHost:
     under each container's own; ``workdir``: where containers' writable layers live."""
 
     simulated = True        # journaled in campaign_start: a simulated night is never promoted unasked
+    write_only = False
 
     def __init__(self, images: dict[str, str] | None = None, landscape: str | None = None,
                  clock_start: float = 0.0, env: dict | None = None, workdir: str | None = None,
@@ -429,6 +430,9 @@ class SimHost:
 
     def access(self, ctr: _Ctr, method: str, path: str, status: int) -> None:
         self._emit(ctr, access_line("127.0.0.1", next(self._ports), method, path, status))
+
+    def podman_version(self) -> str | None:
+        return None                                # a simulated box runs no podman
 
     def port_holder(self, port: int) -> str | None:
         """A running simulated container on ``port`` (the network is virtual: nothing real counts)."""

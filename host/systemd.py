@@ -7,6 +7,7 @@ refuses before it writes anything instead of failing at daemon-reload. ``WriteOn
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -15,9 +16,20 @@ from arms.host import UNIT_ACTIONS, RealTime
 
 
 class Systemctl:
-    """Unit control through `systemctl` (``--user`` for a rootless setup): the real hosts' mixin."""
+    """Unit control through `systemctl` (``--user`` for a rootless setup), and the podman version
+    units are written for: the real hosts' mixin."""
 
     systemctl_user: bool = False
+
+    def podman_version(self) -> str | None:
+        """`podman --version` on this machine (PodmanHost asks its API service instead)."""
+        try:
+            out = subprocess.run(["podman", "--version"], capture_output=True, text=True, timeout=30,
+                                 check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        m = re.search(r"(\d+\.\d+(?:\.\d+)?)", out)
+        return m.group(1) if m else None
 
     def unit(self, name: str, action: str) -> str:
         if action not in UNIT_ACTIONS:

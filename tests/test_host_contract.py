@@ -7,6 +7,7 @@ behave the same for every case.
 """
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -207,3 +208,30 @@ def test_follow_logs_writes_each_line_through_redact(env, tmp_path):
         host.remove(cid)
     text = (tmp_path / "secret.log").read_text()
     assert secret not in text and "'hf_token': '***'" in text, text[:1000]
+
+
+def test_capabilities_are_declared_not_guessed(env):
+    """Issue 21: the optional parts of a host are declared by every implementation (the loop and
+    promote read them directly, never through getattr): simulated, write_only, the podman version,
+    a clock that a resumed night may move on."""
+    host, _, _ = env
+    assert isinstance(host.simulated, bool) and isinstance(host.write_only, bool)
+    assert host.write_only is False                      # only `tuner promote --write-only`'s host writes files only
+    version = host.podman_version()
+    t0 = host.now()
+    moved = host.continue_clock(host.wall() + 60)
+    if host.simulated:
+        assert version is None and moved == pytest.approx(60) and host.now() == pytest.approx(t0 + 60)
+    else:
+        assert moved == 0.0
+        if isinstance(host, FakeHost):
+            assert version is None
+        else:
+            assert re.fullmatch(r"\d+\.\d+(\.\d+)?", version), version
+
+
+def test_the_promotion_hosts_declare_what_they_touch():
+    from host.systemd import SystemdHost, WriteOnlyHost
+
+    assert SystemdHost().write_only is False and WriteOnlyHost().write_only is True
+    assert SystemdHost().simulated is False and WriteOnlyHost().continue_clock(1e12) == 0.0

@@ -136,3 +136,23 @@ def test_record_types_one_codec_each_way():
             R.decode(bad)
     with pytest.raises(ValueError, match="unknown journal op"):
         R.encode("nonsense", 0, 0.0, {})
+
+
+def test_one_answer_to_is_the_daemon_alive(tmp_path):
+    """status, promote and rollback ask tuner.night.readback.daemon_pid (issue 21: it had four
+    implementations): the pid in daemon.pid when that process runs, None otherwise."""
+    import os
+    import subprocess
+    import sys
+
+    from tuner.night.readback import DAEMON_PID, daemon_pid, pid_alive
+
+    assert daemon_pid(tmp_path) is None                                     # no file
+    (tmp_path / DAEMON_PID).write_text("not a pid")
+    assert daemon_pid(tmp_path) is None
+    (tmp_path / DAEMON_PID).write_text(str(os.getpid()))
+    assert daemon_pid(tmp_path) == os.getpid() and pid_alive(os.getpid())
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / DAEMON_PID).write_text(str(gone.pid))
+    assert daemon_pid(tmp_path) is None and not pid_alive(gone.pid)

@@ -93,6 +93,7 @@ def run_campaign(ns) -> int:
 def _run_locked(ns, camp) -> int:
     from tuner.night.campaign import check_paths
     from tuner.night.loop import CampaignLoop, deadline_from
+    from tuner.night.readback import DAEMON_PID
 
     host, profile, info = _host_and_shape(camp, ns.simulated)
     baseline = replace(camp.baseline, image=info.ref)
@@ -125,14 +126,14 @@ def _run_locked(ns, camp) -> int:
                         facts=None if ns.simulated else lambda: _night_facts(camp, profile))
     view = NightView(camp, deadline=loop.deadline, max_arms=max_arms, clock=host.now, notify=sd_notify,
                      live=not ns.quiet and sys.stderr.isatty(), simulated=bool(ns.simulated))
-    (camp.folder / "daemon.pid").write_text(str(os.getpid()))
+    (camp.folder / DAEMON_PID).write_text(str(os.getpid()))
     sd_notify("READY=1")
     try:
         with view:
             summary = loop.run()
     finally:
         try:
-            (camp.folder / "daemon.pid").unlink()
+            (camp.folder / DAEMON_PID).unlink()
         except FileNotFoundError:
             pass
     if summary.no_result is not None:        # the first line says so; a distinct exit code (tuner/cli.py)

@@ -8,7 +8,6 @@ confirmed arms are said as such.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -18,18 +17,6 @@ from arms import values
 from tuner.night.schema import Journaled
 
 PHASE_FILE = "phase.json"        # written by the running daemon (tuner/morning/liveview.py)
-
-
-def _pid_alive(folder: Path) -> int | None:
-    pidf = folder / "daemon.pid"
-    if not pidf.exists():
-        return None
-    try:
-        pid = int(pidf.read_text())
-        os.kill(pid, 0)
-        return pid
-    except (ValueError, ProcessLookupError, PermissionError, OSError):
-        return None
 
 
 def label(arm, arms=()) -> str:
@@ -84,7 +71,7 @@ def _deadline(records: list[dict], start: dict) -> float | None:
 
 def status_data(folder: Path) -> dict:
     from arms.shape import Shape
-    from tuner.night.readback import read_records, start_of
+    from tuner.night.readback import daemon_pid, read_records, start_of
     from tuner.night.records import latest_judged
     from tuner.night.state import replay
 
@@ -97,7 +84,7 @@ def status_data(folder: Path) -> dict:
         raise ConfigError(f"{jpath} has no campaign_start record")
     st = replay(records, Shape.from_dict(start["baseline"]))
     camp = Journaled(start.get("campaign"))
-    pid = _pid_alive(folder)
+    pid = daemon_pid(folder)
     running = st.open_arms
     phase = None
     pf = folder / PHASE_FILE

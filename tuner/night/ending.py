@@ -69,9 +69,8 @@ def continue_night(records: list[dict], host, budget, proposed: float | None) ->
     journal's last time, so a resumed simulated night never restarts at 0 and its journal times
     never run backwards."""
     last = next((r["t"] for r in reversed(records) if r.get("t") is not None), None)
-    resume = getattr(host, "continue_clock", None)
-    if resume is not None and last is not None:
-        resume(last)
+    if last is not None:
+        host.continue_clock(last)
     start = start_of(records)
     offset = host.wall() - host.now()              # host clock -> journal clock
     wall = night_deadline(start, budget, None if proposed is None else proposed + offset)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from arms.errors import ConfigError
+from tuner.night.readback import pid_alive
 
 log = logging.getLogger("tuner.lock")
 
@@ -111,10 +112,4 @@ def is_held(folder: Path) -> bool:
     h = holder(folder)
     if not h or h.get("host") != socket.gethostname():
         return bool(h)
-    try:
-        os.kill(int(h["pid"]), 0)
-    except (ProcessLookupError, ValueError, KeyError, TypeError):
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(h.get("pid"))

@@ -64,7 +64,7 @@ class CampaignLoop:
                  facts: Callable[[], dict] | None = None):
         self.camp, self.host, self.profile = camp, host, profile
         self.max_arms, self.force = max_arms, force_resume
-        self.simulated = bool(getattr(host, "simulated", False)) if simulated is None else simulated
+        self.simulated = bool(host.simulated) if simulated is None else simulated
         self.facts = facts                  # what the host measured for a new night (journaled in campaign_start)
         self.stop = stop or (lambda: False)
         self.on_arm = on_arm

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,3 +143,27 @@ def load_records(folder: Path) -> list[dict]:
 def start_of(records: list[dict]) -> dict | None:
     """The night's ``campaign_start`` record (the first), None when the journal has none."""
     return next((r for r in records if r.get("op") == "campaign_start"), None)
+
+
+DAEMON_PID = "daemon.pid"          # written by `tuner run` for its whole life (tuner/daemon.py)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (one owned by another user counts: it runs)."""
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError, TypeError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def daemon_pid(folder: Path) -> int | None:
+    """The pid of the `tuner run` that is writing ``folder`` now, None when none is: the one answer
+    to "is the daemon alive" (status, promote, rollback ask it)."""
+    try:
+        pid = int((Path(folder) / DAEMON_PID).read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None

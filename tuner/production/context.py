@@ -7,7 +7,6 @@ import contextlib
 import difflib
 import os
 import re
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -195,18 +194,10 @@ def target_of(ctx: Context) -> Target:
 def podman_version(host, prod: Production) -> str:
     if prod.podman_version:
         return prod.podman_version
-    client = getattr(host, "client", None)
-    with contextlib.suppress(Exception):
-        if client is not None:
-            return str(client.version()["Version"])
-    try:
-        out = subprocess.run(["podman", "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        out = ""
-    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", out)
-    if not m:
+    version = host.podman_version()
+    if not version:
         raise ConfigError("cannot tell the podman version (no `podman --version`); set production.podman_version")
-    return m.group(1)
+    return version
 
 
 def unredact(shape: Shape, ctx: Context, target: Target, existing: str | None) -> Shape:

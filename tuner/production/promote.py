@@ -35,6 +35,7 @@ from host.systemd import SystemdHost, WriteOnlyHost
 
 from tuner.night.guard import Production
 from tuner.night.lock import CampaignLock
+from tuner.night.readback import daemon_pid
 from tuner.production.context import (
     Context,
     Smoke,
@@ -103,12 +104,9 @@ def _promotions(ctx: Context) -> dict[int, list[dict]]:
 
 
 def _preflight(ctx: Context, target: Target, force: bool) -> None:
-    pidf = ctx.folder / "daemon.pid"
-    if pidf.exists():
-        with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
-            pid = int(pidf.read_text())
-            os.kill(pid, 0)
-            raise ConfigError(f"campaign {ctx.name} is still running (daemon pid {pid}); promote after it ends")
+    pid = daemon_pid(ctx.folder)
+    if pid is not None:
+        raise ConfigError(f"campaign {ctx.name} is still running (daemon pid {pid}); promote after it ends")
     held = [g for g in ctx.state.guard if g.get("unit") == target.unit]
     if held and held[-1].get("action") in ("stopped", "masked", "adopted"):
         raise ConfigError(f"the campaign's guard still holds {target.unit} stopped and masked; let `tuner run` "
@@ -188,13 +186,10 @@ def _host(ctx: Context, path: Path, write_only: bool, dry_run: bool = False):
 
 
 def _still_running(ctx: Context) -> None:
-    pidf = ctx.folder / "daemon.pid"
-    if pidf.exists():
-        with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
-            pid = int(pidf.read_text())
-            os.kill(pid, 0)
-            raise ConfigError(f"campaign {ctx.name} is still running (daemon pid {pid}, {len(ctx.state.arms)} arms "
-                              "so far); promote after it ends — `tuner status` shows where it is")
+    pid = daemon_pid(ctx.folder)
+    if pid is not None:
+        raise ConfigError(f"campaign {ctx.name} is still running (daemon pid {pid}, {len(ctx.state.arms)} arms "
+                          "so far); promote after it ends — `tuner status` shows where it is")
 
 
 def _user_scope(prod: Production, path: Path) -> bool:
@@ -224,7 +219,7 @@ def _promote(ctx, host, target, choice, existing, new, changes, diff, margin_s, 
                        shape=choice.shape.to_dict(), why=choice.why)
     log.info("[promote #%d] arm %d -> %s (backup %s)", pid, choice.n, target.path, backup or "none: new file")
     _write(target.path, new, mode)
-    if getattr(host, "write_only", False):
+    if host.write_only:
         j.append("promotion", id=pid, action="promoted", arm=choice.n, healthy_s=None, smoke=None, write_only=True)
         out(f"wrote {target.path} (promotion #{pid}, arm {choice.n}); --write-only: {unit} was not reloaded or "
             f"restarted — `systemctl{' --user' if host.systemctl_user else ''} daemon-reload && "
@@ -278,7 +273,7 @@ def _restore(ctx: Context, host, started: dict, reason: str, poll_s: float, smok
     else:
         target.unlink(missing_ok=True)
     healthy, seconds, why = False, 0.0, ""
-    if getattr(host, "write_only", False):
+    if host.write_only:
         healthy, why = True, ("restored the file it replaced" if started["existed"] else
                               f"removed the file it wrote (there was no {target.name} before)") + \
             f"; --write-only: {unit} was not reloaded or restarted"
@@ -345,7 +340,7 @@ def _rollback(ctx, force, host, poll_s, out, write_only) -> Result:
     out(f"rollback of promotion #{started['id']} (arm {started['arm']}): {target}\n{diff}")
     _preflight(ctx, target_of(ctx), force=True)
     rec = _restore(ctx, host, started, "on demand (tuner rollback)", poll_s)
-    if getattr(host, "write_only", False):
+    if host.write_only:
         out(f"rolled back promotion #{started['id']}: {rec['detail']}")
     else:
         out(f"{started['unit']} {'healthy' if rec['healthy'] else 'NOT healthy'}: {rec['detail']}")
