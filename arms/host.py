@@ -169,6 +169,10 @@ class Host(Protocol):
         frequency, GPU clocks and foreign GPU processes where readable). A simulated host reports
         its simulation (a landscape's ``tenant``), never the machine it runs on."""
 
+    def gpu_holders(self) -> list[tuple[int, str, int]] | None:
+        """(pid, process name, bytes) of every process that holds GPU memory before a night starts
+        (the production service, another tenant), None when no reader can tell."""
+
     def podman_version(self) -> str | None:
         """The podman version production units are written for ("4.3.1"), None when this host
         cannot tell (a fake or simulated host): a Quadlet's keys depend on it."""

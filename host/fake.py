@@ -147,6 +147,9 @@ class FakeHost(RealTime):
                 out.append((cid, have))
         return out
 
+    def gpu_holders(self) -> list[tuple[int, str, int]] | None:
+        return []                                  # a fake box's GPU is free
+
     def podman_version(self) -> str | None:
         return self.podman_version_text            # a fake has no podman; tests may set one
 

@@ -272,6 +272,18 @@ class PodmanHost(RealTime, Systemctl):
         filters = [f"label={LABEL_MANAGED}=1"] + [f"label={k}={v}" for k, v in (labels or {}).items()]
         return [(c.id, dict(c.labels or {})) for c in self.client.containers.list(all=True, filters=filters)]
 
+    def simulated_engine_image(self, rebuild: bool = False):
+        """The simulated engine's image on this service, built from the sources when missing
+        (host.simimage.SimImage; `tuner image`)."""
+        from host.simimage import ensure_image
+
+        return ensure_image(self.client, rebuild=rebuild)
+
+    def gpu_holders(self) -> list[tuple[int, str, int]] | None:
+        from host.probes import gpu_holders
+
+        return gpu_holders()
+
     def podman_version(self) -> str | None:
         """The API service's podman version (the units are written for the podman that runs them)."""
         try:

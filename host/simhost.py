@@ -431,6 +431,9 @@ class SimHost:
     def access(self, ctr: _Ctr, method: str, path: str, status: int) -> None:
         self._emit(ctr, access_line("127.0.0.1", next(self._ports), method, path, status))
 
+    def gpu_holders(self) -> list[tuple[int, str, int]] | None:
+        return []                                  # a simulated box's GPU is free
+
     def podman_version(self) -> str | None:
         return None                                # a simulated box runs no podman
 

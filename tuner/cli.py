@@ -37,11 +37,10 @@ def _setup_logging(verbose: bool) -> None:
 # -- image ---------------------------------------------------------------------------------
 def cmd_image(ns) -> int:
     from host.podman_host import PodmanHost
-    from host.simimage import ensure_image
 
     host = PodmanHost(ns.podman)
     t0 = time.monotonic()
-    img = ensure_image(host.client, rebuild=ns.rebuild)
+    img = host.simulated_engine_image(rebuild=ns.rebuild)
     print(json.dumps({"ref": img.ref, "tag": img.tag, "built": img.built, "size_bytes": img.size_bytes,
                       "pruned": list(img.pruned), "seconds": round(time.monotonic() - t0, 1)}) if ns.json else img.ref)
     return 0

@@ -102,9 +102,7 @@ def _run_locked(ns, camp) -> int:
         check_paths(baseline, camp)          # each missing mount or device at its line of the file
     camp = replace(camp, baseline=baseline)
     if not ns.simulated:
-        from host.probes import gpu_holders
-
-        holders = gpu_holders()
+        holders = host.gpu_holders()
         if holders is None:
             log.warning("[gpu] no VRAM reader works here (pip install 'offload-tuner[gpu]' for nvidia-ml-py / "
                         "amdsmi): the 'GPU memory already taken' check is off")

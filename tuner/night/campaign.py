@@ -255,7 +255,8 @@ def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers
 def _word_problem(table, name: str, value) -> str | None:
     """A value a words flag (``-fa on|off|auto``) cannot read: the table's words and ``same``
     texts are all it takes (after canonical_value, they are booleans or the ``same`` strings)."""
-    from arms.shape import ABSENT, format_value
+    from arms import values
+    from arms.shape import ABSENT
 
     hit = table.lookup(name)
     if hit is None or not hit[0].words or value is ABSENT or isinstance(value, bool):
@@ -266,7 +267,7 @@ def _word_problem(table, name: str, value) -> str | None:
     if isinstance(value, str) and value in words:
         return None
     allowed = list(dict.fromkeys([*spec.words, *words, *texts]))
-    return f"{spec.spell[0]} takes {', '.join(allowed)}, not {format_value(value)!r}"
+    return f"{spec.spell[0]} takes {', '.join(allowed)}, not {values.text(value)!r}"
 
 
 def _raise(why: str):

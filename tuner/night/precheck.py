@@ -293,7 +293,7 @@ def lever_problem(baseline, lever, style: str) -> str | None:
     """Why a lever cannot be a night's lever: two of its values run one engine, or its only value
     is the baseline's (nothing to try); None when it is fine."""
     from arms.argv import render_argv
-    from arms.shape import format_value
+    from arms import values
 
     def engine(shape) -> tuple:
         return tuple(render_argv(shape, style)), shape.env
@@ -306,11 +306,11 @@ def lever_problem(baseline, lever, style: str) -> str | None:
     seen: dict[tuple, Any] = {}
     for v, run in runs:
         if run in seen:
-            return (f"values {format_value(seen[run])} and {format_value(v)} run the engine the same way "
+            return (f"values {values.text(seen[run])} and {values.text(v)} run the engine the same way "
                     f"({' '.join(run[0][1:]) or 'no flags'}): one engine twice; keep one")
         seen[run] = v
     if all(run == base for _, run in runs):
-        return (f"its only value {format_value(lever.values[0])} is the baseline's, so the night has nothing "
+        return (f"its only value {values.text(lever.values[0])} is the baseline's, so the night has nothing "
                 "to try on it; add another value or remove the lever")
     return None
 
