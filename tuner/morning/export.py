@@ -14,7 +14,7 @@ import pandas as pd
 from arms.errors import ConfigError
 from arms import values
 from tuner.night.precheck import file_problem
-from tuner.night.readback import campaign_folder, load_records
+from tuner.night.readback import ArmRecords, arms_of, campaign_folder, load_records
 
 FORMATS = ("csv", "jsonl", "parquet")
 # (column prefix, key of a depth's measurement)
@@ -68,31 +68,19 @@ def arm_row(start: dict, end: dict | None, depths: list[str]) -> dict:
     return row
 
 
-def depths_of(records: list[dict]) -> list[str]:
+def depths_of(arms: list[ArmRecords]) -> list[str]:
     seen: set[str] = set()
-    for r in records:
-        if r.get("op") == "arm_end":
-            seen.update(((r.get("measurement") or {}).get("depths") or {}).keys())
+    for a in arms:
+        if a.end is not None:
+            seen.update(((a.end.get("measurement") or {}).get("depths") or {}).keys())
     return sorted(seen, key=lambda d: (0, int(d), d) if d.isdigit() else (1, 0, d))
 
 
-def arm_pairs(records: list[dict]) -> list[tuple[dict, dict | None]]:
-    """(arm_start, arm_end or None) per arm in arm order — one pass, first end wins (as replay)."""
-    starts: dict[int, dict] = {}
-    ends: dict[int, dict] = {}
-    for r in records:
-        op = r.get("op")
-        if op == "arm_start":
-            starts[r["arm"]] = r
-        elif op == "arm_end" and r.get("arm") in starts and r["arm"] not in ends:
-            ends[r["arm"]] = r
-    return [(starts[n], ends.get(n)) for n in sorted(starts)]
-
-
-def arms_frame(records: list[dict], pairs: list[tuple[dict, dict | None]] | None = None) -> pd.DataFrame:
+def arms_frame(records: list[dict], arms: list[ArmRecords] | None = None) -> pd.DataFrame:
     """One row per arm (running arms included, verdict empty), columns in a fixed order."""
-    depths = depths_of(records)
-    rows = [arm_row(s, e, depths) for s, e in (arm_pairs(records) if pairs is None else pairs)]
+    arms = arms_of(records) if arms is None else arms
+    depths = depths_of(arms)
+    rows = [arm_row(a.start, a.end, depths) for a in arms]
     depth_cols = [f"{p}_{d}" for p, _ in DEPTH_FIELDS for d in depths]
     cols = list(COLUMNS[:11]) + depth_cols + list(COLUMNS[11:])
     df = pd.DataFrame(rows, columns=cols)

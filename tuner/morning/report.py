@@ -22,8 +22,8 @@ from arms.shape import ABSENT, Change, Shape
 
 from arms import values
 from tuner.morning.change_names import ValueNames, fit
-from tuner.morning.export import arm_pairs, arms_frame
-from tuner.night.readback import campaign_folder, load_records, start_of
+from tuner.morning.export import arms_frame
+from tuner.night.readback import ArmRecords, arms_of, campaign_folder, load_records, start_of
 from tuner.night.state import replay_decisions
 from tuner.night.schema import Journaled
 from tuner.morning.report_model import (FAILURE_EXAMPLES, GROUPS, MEMORY_ROWS, ROWS_PER_GROUP, TELEMETRY_ARMS,  # noqa: F401
@@ -60,20 +60,7 @@ class Report:
     no_result: bool = False           # the night learned nothing (campaign_end.no_result): the title says so
 
 
-@dataclass
-class ArmView:
-    """One arm as the journal has it (the start and end records); its Shape is built on demand."""
-
-    n: int
-    kind: str
-    change: tuple | None
-    incumbent: str
-    start: dict
-    end: dict | None
-
-    @property
-    def verdict(self) -> str | None:
-        return (self.end or {}).get("verdict")
+ArmView = ArmRecords           # an arm as the report reads it (tuner.night.readback)
 
 
 class _Builder:
@@ -87,9 +74,8 @@ class _Builder:
         self.baseline = Shape.from_dict(self.start["baseline"])
         self.production = camp.has_production       # a production section: the baseline is its shape
         self.start_words = "the production shape" if self.production else "the campaign's baseline"
-        pairs = arm_pairs(records)
-        self.arms = {s["arm"]: ArmView(s["arm"], s.get("kind"), (s["change"][0], values.decode(s["change"][1])) if s.get("change")
-                                       else None, s.get("incumbent"), s, e) for s, e in pairs}
+        arms = arms_of(records)
+        self.arms = {a.n: a for a in arms}
         if not any(a.end is not None for a in self.arms.values()):
             raise ConfigError(f"{folder}: no finished arms yet, nothing to report "
                               "(the first arm is still running, or the campaign never started one)")
@@ -98,7 +84,7 @@ class _Builder:
         # same State as over the whole journal, without a Shape for each of 10,000 probes.
         self.st = replay_decisions(records, self.baseline)
         self._shapes: dict[str, Shape] = {}
-        self.df = arms_frame(records, pairs).set_index("arm", drop=False).rename_axis(None)
+        self.df = arms_frame(records, arms).set_index("arm", drop=False).rename_axis(None)
         self.depths = [c[len("decode_"):] for c in self.df.columns if c.startswith("decode_")]
         self.moves = list(self.st.moves)
         self.inc_shape = {self.baseline.key(): self.baseline}

@@ -167,3 +167,37 @@ def daemon_pid(folder: Path) -> int | None:
     except (OSError, ValueError):
         return None
     return pid if pid_alive(pid) else None
+
+
+@dataclass
+class ArmRecords:
+    """One arm as a reader of the journal has it: its start and (first) end records, its change
+    decoded; no Shape is built (a 10,000-arm report needs none). The night's own replay
+    (tuner.night.state.Arm) adds the shapes the search compares."""
+
+    n: int
+    kind: str
+    change: tuple | None
+    incumbent: str
+    start: dict
+    end: dict | None
+
+    @property
+    def verdict(self) -> str | None:
+        return (self.end or {}).get("verdict")
+
+
+def arms_of(records: list[dict]) -> list[ArmRecords]:
+    """Every arm of a journal in arm order, one pass; the first end of an arm wins (as replay)."""
+    from arms import values
+
+    starts: dict[int, dict] = {}
+    ends: dict[int, dict] = {}
+    for r in records:
+        op = r.get("op")
+        if op == "arm_start":
+            starts[r["arm"]] = r
+        elif op == "arm_end" and r.get("arm") in starts and r["arm"] not in ends:
+            ends[r["arm"]] = r
+    return [ArmRecords(n, s.get("kind"), (s["change"][0], values.decode(s["change"][1])) if s.get("change") else None,
+                       s.get("incumbent"), s, ends.get(n)) for n, s in sorted(starts.items())]
