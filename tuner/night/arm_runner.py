@@ -21,6 +21,7 @@ from arms.prompts import api_from_profile
 from arms.secrets import Sealer
 from arms.shape import Shape
 
+from arms.verdict import Verdict, boot_failed
 from tuner.night.compare import MIN_EFFECT
 from tuner.night.verdict import Constraints, NoiseBand, Objective, Score, judge, objective_sigma
 
@@ -134,7 +135,7 @@ class ArmRunner:
                            "evidence": list(boot.report.evidence[:3]), "flags_not_applied": boot.not_applied,
                            "report": boot.report.to_dict()}
             if boot.outcome != "ready":
-                rec["verdict"] = f"boot-failed:{boot.outcome}"      # logged once, by the caller (log_verdict)
+                rec["verdict"] = boot_failed(boot.outcome)      # logged once, by the caller (log_verdict)
                 return self._finish(rec, t0, folder)
             crashpoint("booted", n)
             t_measure = self.host.now()
@@ -174,16 +175,17 @@ class ArmRunner:
         score = Score(feasible=not viol, violation=sum(viol.values()), objective=obj)
         rec["score"] = {"feasible": score.feasible, "violation": round(score.violation, 6), "objective": obj}
         rec["violations"] = viol
-        if q.verdict == "corrupt":
-            rec["verdict"] = "corrupt"
-        elif m.outcome != "measured":
-            rec["verdict"] = "invalid"
+        # the runner's judgement; the loop settles the final verdict (tuner.night.verdict.settle)
+        if q.verdict == Verdict.CORRUPT:
+            rec["verdict"] = Verdict.CORRUPT.value
+        elif m.outcome != "measured":             # the measurement could not be trusted
+            rec["verdict"] = Verdict.INVALID.value
             rec["reason"] = m.reason
         elif pruned:
-            rec["verdict"] = "worse"
+            rec["verdict"] = Verdict.WORSE.value
             rec["reason"] = pruned
         elif kind in ("baseline", "recheck", "measure") or incumbent is None:
-            rec["verdict"] = kind if kind in ("baseline", "recheck") else "measured"
+            rec["verdict"] = Verdict(kind).value if kind in ("baseline", "recheck") else Verdict.MEASURED.value
         else:
             j = judge(score, incumbent, band, self.min_effect)
             rec["verdict"], rec["delta"], rec["threshold"] = j.verdict, j.delta, j.threshold

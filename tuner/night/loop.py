@@ -31,7 +31,7 @@ from tuner.night.journal import Journal, refuse_orphaned
 from tuner.night.search import Proposal, apply, propose
 from tuner.night.state import Replay, State
 from tuner.night.study import open_study, sync_study
-from tuner.night.verdict import Score, promotes
+from tuner.night.verdict import Score, needs_comparison, promotes, settle
 
 log = logging.getLogger("tuner.loop")
 EXTEND_CAP = 4        # a challenger's boot measures at most this many times the plan's runs
@@ -370,13 +370,10 @@ class CampaignLoop:
             self.journal.append("told", arm=n, trial=trial)
             self.journal.append("campaign_end", reason="interrupted by a signal", arms=n + 1)
             raise
-        cmp = None
-        if p.change and p.kind != "joint" and rec.get("delta") is not None and self._comparable() \
-                and rec.get("verdict") in ("better", "parity", "worse") and "pruned" not in str(rec.get("reason", "")):
+        cmp = look = None
+        if needs_comparison(p.kind, p.change, rec, self._comparable()):
             cmp, look = self._compare(st, shape, rec.get("measurement"))
-            if cmp is not None:
-                rec["verdict"], rec["delta"], rec["compare"] = cmp.verdict, cmp.effect, cmp.to_dict()
-                rec["threshold"] = cmp.effect - cmp.lo
+        rec = settle(rec, cmp)                 # the arm's final verdict: one place (tuner.night.verdict)
         self.journal.append("arm_end", **{k: v for k, v in rec.items() if k != "arm"}, arm=n)
         log_verdict(n, rec, p.change)          # once, after the comparison (its interval in the line)
         if cmp is not None:

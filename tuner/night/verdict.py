@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from arms.errors import ConfigError
 
-from arms.verdict import Verdict
+from arms.verdict import COMPARED, Verdict
 from tuner.night.compare import MIN_EFFECT, runs_by_depth
 
 OBJECTIVES = ("decode_geomean", "decode@DEPTH", "goodput_at_slo")
@@ -235,3 +235,21 @@ def promotes(kind: str, end: dict | None, comparison: dict | None) -> bool:
     if comparison is not None:
         return comparison["verdict"] == Verdict.BETTER and comparison["boots"][0] >= 2
     return (kind == "confirm" and (end or {}).get("verdict") == Verdict.BETTER) or (kind == "probe" and by_constraint(end))
+
+
+def needs_comparison(kind: str, change, rec: dict, comparable: bool) -> bool:
+    """Whether the loop compares this arm with the incumbent: a measured one-change challenger (not
+    a joint arm, not one pruned after its first depth) whose objective the comparison reads."""
+    return bool(change) and kind != "joint" and comparable and rec.get("delta") is not None \
+        and rec.get("verdict") in COMPARED and "pruned" not in str(rec.get("reason", ""))
+
+
+def settle(rec: dict, comparison) -> dict:
+    """The arm's final verdict, decided here and nowhere else: the arm runner's judgement (boot,
+    quality guard, constraints, the noise band) stands, unless the sequential comparison against
+    the incumbent (tuner.night.compare.Comparison) decided the arm — then its verdict, effect,
+    interval and record."""
+    if comparison is None:
+        return rec
+    return {**rec, "verdict": comparison.verdict, "delta": comparison.effect, "compare": comparison.to_dict(),
+            "threshold": comparison.effect - comparison.lo}
