@@ -25,7 +25,8 @@ from arms.shape import COMPILE_CACHE_TARGET, Lever, Mount, Shape
 from tuner.night.campaign_file import key_text
 from tuner.night.compare import ERROR_RATE
 from tuner.night.precheck import host_path_errors, lever_problem
-from tuner.night.schema import CampaignInvalid, CampaignModel, Noise, lines_of, validated
+from tuner.night.schema import CampaignInvalid, CampaignModel, Noise
+from tuner.night.validation import lines_of, validated
 
 log = logging.getLogger("tuner.campaign")
 
@@ -176,7 +177,7 @@ def _baseline(path: Path, raw: Any) -> Shape:
 
 def load_campaign(path: str | os.PathLike) -> Campaign:
     """The campaign in ``path``: every error of the file at once (CampaignInvalid), each with
-    its line and key; nothing is contacted (tuner/night/schema.py)."""
+    its line and key; nothing is contacted (tuner/night/validation.py)."""
     p = Path(path)
     raw, model, warnings = validated(p)
     for w in warnings:
