@@ -138,9 +138,9 @@ def test_the_morning_reads_and_never_writes():
 
 
 @pytest.mark.parametrize("room, forbidden", [
-    ("tuner.night", ("tuner.morning", "tuner.production", "tuner.cli", "tuner.daemon")),
-    ("tuner.production", ("tuner.morning", "tuner.cli", "tuner.daemon")),
-    ("tuner.morning", ("tuner.cli",)),
+    ("tuner.night", ("tuner.morning", "tuner.production", "tuner.cli", "tuner.daemon", "tuner.oneshot")),
+    ("tuner.production", ("tuner.morning", "tuner.cli", "tuner.daemon", "tuner.oneshot")),
+    ("tuner.morning", ("tuner.cli", "tuner.oneshot")),
 ])
 def test_rooms_import_downwards_only(room, forbidden):
     """The night knows nothing of the morning or of production; production reads the night's
