@@ -57,6 +57,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from arms import httpio  # noqa: E402
+from simbench import emit  # noqa: E402
 from arms.measure import LLAMACPP_API, MeasurePlan, measure_engine  # noqa: E402
 from arms.prompts import PromptCache, Tokenizer  # noqa: E402
 from tests.llamacpp_model import write_tiny_gguf  # noqa: E402
@@ -202,10 +203,7 @@ def main() -> int:
            "| busy cores | depth | server prompt_ms | prefill bias | overhead ms | in ms | out ms | decode bias "
            f"| decode within {DECODE_TOL:.0%} |", "|---|---|---|---|---|---|---|---|---|", *rows, "",
            "\n".join(fails) if fails else "all tolerances held"]
-    text = "\n".join(out) + "\n"
-    print(text)
-    if ns.out:
-        Path(ns.out).write_text(text)
+    emit(out, ns.out)
     return 1 if fails else 0
 
 

@@ -25,6 +25,7 @@ for p in (REPO, REPO / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+from simbench import emit  # noqa: E402
 from arms.measure import VLLM_API  # noqa: E402
 from arms.prompts import PromptCache  # noqa: E402
 from arms.sweep import run_sweep  # noqa: E402
@@ -80,10 +81,7 @@ def main() -> int:
            "| busy cores | round | req/s @1 | @2 | @4 | @8 | @16 | TTFT p95 ms @4 / @8 / @16 | knee | goodput level "
            "| tolerances missed |", "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
            "\n".join(fails) if fails else "all tolerances held"]
-    text = "\n".join(out) + "\n"
-    print(text)
-    if ns.out:
-        Path(ns.out).write_text(text)
+    emit(out, ns.out)
     return 1 if fails else 0
 
 
