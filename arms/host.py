@@ -169,6 +169,11 @@ class Host(Protocol):
         frequency, GPU clocks and foreign GPU processes where readable). A simulated host reports
         its simulation (a landscape's ``tenant``), never the machine it runs on."""
 
+    def warm_files(self, paths: list[str], budget_s: float) -> dict:
+        """Read these host files once before the night (the page cache then holds the model, as it
+        will for every boot after the first), within ``budget_s`` seconds: {files, bytes, seconds,
+        complete}. A simulated host warms its simulated page cache."""
+
     def gpu_holders(self) -> list[tuple[int, str, int]] | None:
         """(pid, process name, bytes) of every process that holds GPU memory before a night starts
         (the production service, another tenant), None when no reader can tell."""

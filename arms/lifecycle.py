@@ -125,3 +125,12 @@ def booted(host: Host, spec: ContainerSpec, *, log_path: Path, port: int, model:
         finally:
             if follower is not None and callable(follower.stop):
                 follower.stop(0.0)
+
+
+def model_paths(shape) -> list[str]:
+    """The host paths the engine reads its model from: the model path when it is a host path, and
+    the sources of the shape's read-only mounts (model folders; the compile cache is read-write).
+    What a new night reads once before its first boot (Host.warm_files)."""
+    out = [shape.model] if shape.model.startswith("/") and os.path.exists(shape.model) else []
+    out += [m.source for m in shape.mounts if m.read_only and os.path.exists(m.source) and m.source not in out]
+    return out

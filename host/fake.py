@@ -147,6 +147,11 @@ class FakeHost(RealTime):
                 out.append((cid, have))
         return out
 
+    def warm_files(self, paths: list[str], budget_s: float) -> dict:
+        from host.pagecache import read_through
+
+        return read_through(paths, budget_s)
+
     def gpu_holders(self) -> list[tuple[int, str, int]] | None:
         return []                                  # a fake box's GPU is free
 

@@ -279,6 +279,11 @@ class PodmanHost(RealTime, Systemctl):
 
         return ensure_image(self.client, rebuild=rebuild)
 
+    def warm_files(self, paths: list[str], budget_s: float) -> dict:
+        from host.pagecache import read_through
+
+        return read_through(paths, budget_s)
+
     def gpu_holders(self) -> list[tuple[int, str, int]] | None:
         from host.probes import gpu_holders
 

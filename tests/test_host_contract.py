@@ -235,3 +235,17 @@ def test_the_promotion_hosts_declare_what_they_touch():
 
     assert SystemdHost().write_only is False and WriteOnlyHost().write_only is True
     assert SystemdHost().simulated is False and WriteOnlyHost().continue_clock(1e12) == 0.0
+
+
+def test_warm_files_reads_the_model_once(env, tmp_path):
+    """A new night reads its model's files before the first boot (host/pagecache.py); a simulated
+    host warms its simulated page cache instead of the machine's."""
+    host, _, _ = env
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"\0" * 1_048_577)
+    got = host.warm_files([str(model)], 60.0)
+    assert got["complete"] is True and got["seconds"] >= 0
+    if host.simulated:
+        assert got.get("simulated") is True and got["bytes"] == 0
+    else:
+        assert got["files"] == 1 and got["bytes"] == 1_048_577

@@ -124,3 +124,55 @@ def test_a_drift_step_moves_every_later_request(tmp_path):
         host.sleep(3600)
         _, after = decode_runs(host, shape, tmp_path, "after")
     assert statistics.median(after) / statistics.median(before) == pytest.approx(0.9, rel=0.01)
+
+
+# -- equal conditions: the model read once before the first boot (issue 19 Build 4) -----------------
+def test_reading_the_model_once_spends_the_cold_boots(tmp_path):
+    p = landscape(tmp_path, "cold_start: {factor: 0.7, boots: 1}\n")
+    with SimHost(landscape=str(p)) as host:
+        shape = make_shape(host.image_ref, tmp_path, QUIET)
+        got = host.warm_files(["/models/sim"], 60)
+        _, first = decode_runs(host, shape, tmp_path, "first")
+        _, second = decode_runs(host, shape, tmp_path, "second")
+    assert got["complete"] and got["simulated"]
+    assert statistics.median(first) == pytest.approx(statistics.median(second), rel=0.005)   # no cold boot left
+
+
+def test_read_through_reads_every_file_once_within_its_budget(tmp_path):
+    from host.pagecache import read_through
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "a.gguf").write_bytes(b"x" * 3_000_000)
+    (tmp_path / "m" / "sub").mkdir()
+    (tmp_path / "m" / "sub" / "b.safetensors").write_bytes(b"y" * 1000)
+    got = read_through([str(tmp_path / "m"), str(tmp_path / "missing")], budget_s=60)
+    assert got["files"] == 2 and got["bytes"] == 3_001_000 and got["complete"]
+    ticks = iter(range(0, 1000, 100))                   # a clock that passes the budget at once
+    cut = read_through([str(tmp_path / "m")], budget_s=50, clock=lambda: next(ticks))
+    assert not cut["complete"] and cut["files"] == 0 and cut["bytes"] > 0
+
+
+def test_the_model_paths_are_the_host_model_and_the_read_only_mounts(tmp_path):
+    from arms.lifecycle import model_paths
+    from arms.shape import Shape
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "cache").mkdir()
+    shape = Shape.from_mapping({"image": "localhost/x@sha256:" + "0" * 64, "model": str(gguf),
+                                "mounts": [f"{tmp_path / 'weights'}:/w:ro", f"{tmp_path / 'cache'}:/root/.cache"]})
+    assert model_paths(shape) == [str(gguf), str(tmp_path / "weights")]
+    assert model_paths(Shape.from_mapping({"image": "localhost/x@sha256:" + "0" * 64, "model": "/models/sim"})) == []
+
+
+def test_a_new_night_warms_the_page_cache_once_and_a_resume_does_not(tmp_path):
+    from tests.test_campaign_sim import campaign, night
+
+    path = campaign(tmp_path, "warm", budget={"max_arms": 2})
+    _, recs, _ = night(path)
+    warmed = [r for r in recs if r["op"] == "note" and r.get("text") == "page cache warmed"]
+    assert len(warmed) == 1 and warmed[0]["complete"] is True
+    assert [r["op"] for r in recs].index("note") < [r["op"] for r in recs].index("arm_start")
+    _, again, _ = night(path, max_arms=3)                # resumed: the cache is warm already
+    assert sum(1 for r in again if r.get("text") == "page cache warmed") == 1

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from arms.errors import ConfigError
 from arms.host import Host
-from arms.lifecycle import crashpoint, sweep_orphans
+from arms.lifecycle import crashpoint, model_paths, sweep_orphans
 from arms.profiles import EngineProfile
 from arms.verdict import untrusted
 
@@ -34,6 +34,7 @@ from tuner.night.study import open_study, sync_study
 from tuner.night.verdict import Score, needs_comparison, promotes, settle
 
 log = logging.getLogger("tuner.loop")
+WARM_BUDGET_S = 900.0  # a new night reads its model's files once, for at most this long (host/pagecache.py)
 EXTEND_CAP = 4        # a challenger's boot measures at most this many times the plan's runs
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -107,6 +108,7 @@ class CampaignLoop:
                                 file=str(self.camp.path.resolve()), baseline=self.camp.baseline.to_dict(),
                                 baseline_identity=self.camp.baseline.key(), deadline=self.deadline_wall,
                                 simulated=self.simulated, **(self.facts() if self.facts else {}))
+            self._warm_page_cache()
         else:
             self.journal.append("note", text="resumed", campaign_hash=h)
         removed = sweep_orphans(self.host, self.camp.name)
@@ -123,6 +125,15 @@ class CampaignLoop:
                 st = self._replay()
         self._reconcile_optuna(st)
         return self._replay()
+
+    def _warm_page_cache(self) -> None:
+        """A new night reads its model's files once before the first boot, so that the starting
+        shape's first boot is not the only cold one (host/pagecache.py); journaled as a note."""
+        got = self.host.warm_files(model_paths(self.camp.baseline), WARM_BUDGET_S)
+        self.journal.append("note", text="page cache warmed", **got)
+        log.info("[night WARM] read %d file(s), %.1f GiB in %.0f s%s before the first boot", got.get("files", 0),
+                 got.get("bytes", 0) / 2**30, got.get("seconds", 0), "" if got.get("complete", True) else
+                 f" (stopped at the {WARM_BUDGET_S:.0f} s budget)")
 
     def _reconcile_optuna(self, st: State) -> None:
         self.study = sync_study(self.study, self.camp.folder / "optuna.journal", self.camp.name, st, self.choices,
