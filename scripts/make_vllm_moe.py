@@ -29,6 +29,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+RECIPE = 2          # bump when the bytes a spec gives change: the cached directory's name carries it
 TOOLS = ("numpy>=1.26,<3", "tokenizers>=0.20,<1", "safetensors>=0.4,<1")
 
 TEXT = """\
@@ -59,7 +60,7 @@ class MoeSpec:
 
     def name(self) -> str:
         return (f"qwen3moe-l{self.layers}-h{self.hidden}-x{self.experts}k{self.used}-"
-                f"f{self.expert_ff}-v{self.vocab}-s{self.seed}")
+                f"f{self.expert_ff}-v{self.vocab}-s{self.seed}-r{RECIPE}")
 
 
 def default_cache() -> Path:
@@ -124,9 +125,9 @@ def write_model(out: Path, spec: MoeSpec = MoeSpec()) -> Path:
     for a, b in zip(ids, ids[1:]):
         follows[a, b] += 1
     head = np.zeros((vocab, h), dtype=np.float32)
-    for a in range(n_tok):
-        b = int(follows[a].argmax()) if follows[a].any() else ids[0]
-        head[b] += embed[a] * (10.0 / h)           # logit ~10 for the successor, ~0.6 noise elsewhere
+    for a in range(n_tok):                         # a token the text never has points nowhere
+        if follows[a].any():
+            head[int(follows[a].argmax())] += embed[a] * (10.0 / h)   # logit ~10 for the successor
     t: dict[str, np.ndarray] = {"model.embed_tokens.weight": embed, "model.norm.weight": np.ones(h),
                                 "lm_head.weight": head}
     for i in range(spec.layers):
