@@ -507,3 +507,17 @@ def test_a_saved_aot_model_that_does_not_load_is_a_compile_cache_miss_with_its_r
     assert report.plan["compile_cache_saved"] is True
     hit = parse_boot_log(loaded + CPU_READY, VLLM)
     assert hit.compile_cache_hit is True and "compile_cache_saved" not in hit.plan
+
+
+@pytest.mark.parametrize("line, detail", [
+    ("ValueError: Available memory on node 0 (12.75/14.21 GiB) on kv cache allocation is less than requested memory "
+     "for kv (16.0 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other processes.",
+     {"node": 0, "free_gib": 12.75, "total_gib": 14.21, "requested_gib": 16.0}),
+    ("ValueError: Available memory on node 0 (12.87/14.21 GiB) on startup is less than desired CPU memory utilization "
+     "(0.99, 14.07 GiB). Decrease CPU memory utilization or reduce CPU memory used by other processes.",
+     {"node": 0, "free_gib": 12.87, "util": 0.99, "requested_util_gib": 14.07}),
+])
+def test_host_memory_short_of_the_cpu_builds_request(line, detail) -> None:
+    report = parse_boot_log(f"ERROR 12-01 20:50:01 [core.py:1100] {line}\n{INIT}\n", VLLM, exit_code=1)
+    assert report.outcome == "insufficient-memory-for-utilization"
+    assert report.failure_detail == detail | ({"total_gib": 14.21} if "util" in detail else {})
