@@ -62,6 +62,8 @@ PLAN_FIELDS: dict[str, str] = {
     "swap_gib": "gib", "swap_slots": "int", "swap_slots_per_layer": "str",
     "host_backed_gib": "gib", "host_backed_experts": "int",
     "prefetch_depth": "int", "prefetch_slots_per_layer": "int", "prefetch_slots_total": "int",
+    # vLLM's AOT compile cache (0.32 CPU): saved by this boot; a saved one that failed to load, and why
+    "compile_cache_saved": "flag", "compile_cache_load_error": "str",
     # llama.cpp
     "model_buffer_mib": "mib_sum", "kv_buffer_mib": "mib_sum", "compute_buffer_mib": "mib_sum",
     "kv_cells": "int", "kv_size_mib": "mib", "n_ctx": "int",
@@ -100,7 +102,7 @@ _REQUIRED = ("name", "family", "readiness.health_path", "readiness.completion_pa
 CLASSES = frozenset({
     "oom", "insufficient-memory-for-utilization", "kv-too-small", "bad-argument",
     "constraint-violation", "compile-or-graph-failure", "model-load-failed",
-    "engine-init-failed", "no-gpu", "unsupported", "distributed", "host-oom-killed",
+    "engine-init-failed", "engine-dead", "no-gpu", "unsupported", "distributed", "host-oom-killed",
     "boot-timeout", "hang", "port-in-use", "unknown"})
 
 

@@ -17,6 +17,7 @@ if [ -n "$missing" ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 bash scripts/build-llama-server.sh >/dev/null
+bash scripts/build-vllm-image.sh >/dev/null && python3 scripts/make_vllm_moe.py >/dev/null   # vLLM (CPU) env, rootfs and tiny model, cached outside the repo
 source scripts/podman-service.sh start
 trap 'podman_service_stop' EXIT
 set +e

@@ -457,3 +457,69 @@ def test_nuls_random_bytes_and_huge_lines_parse_to_a_report() -> None:
         for name in ("llamacpp", "vllm"):
             rep = parse_boot_log(text, load_profile(name), exit_code=1)
             assert rep.outcome in CLASSES and json.dumps(rep.to_dict())
+
+
+# ---------------------------------------------------------------- vLLM's CPU build (issue 22)
+CPU_READY = ("(Worker pid=31) INFO 12-01 20:34:32 [cpu_worker.py:260] Explicitly set (1.0/23.54) GiB for KV cache on node 0.\n"
+             "(EngineCore pid=18) INFO 12-01 20:34:32 [kv_cache_utils.py:2327] CPU KV cache size: 524,288 tokens, "
+             "Maximum concurrency for 2,048 tokens per request: 256.00x\n"
+             "(APIServer pid=1) INFO:     Application startup complete.\n")
+DEAD = ("(APIServer pid=1) ERROR 12-01 20:42:56 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.")
+
+
+def test_an_engine_that_dies_after_ready_is_engine_dead_with_the_tracebacks_last_line() -> None:
+    for exit_code in (None, 0, 1):       # still shutting down, or gone (the API server exits 0)
+        report = parse_boot_log(CPU_READY + DEAD + "\n", VLLM, exit_code=exit_code)
+        assert report.outcome == "engine-dead"
+        assert report.evidence == (DEAD.split("] ", 1)[1],)
+        assert report.kv_pool_tokens == 524288       # the plan of the boot that did come up stays
+
+
+def test_engine_dead_is_not_the_generic_init_failure_any_more() -> None:
+    report = parse_boot_log(f"AssertionError: block table mismatch\n{INIT}\n", VLLM, exit_code=1)
+    assert report.outcome == "engine-init-failed"
+    worker = "(EngineCore pid=17) ERROR 12-01 20:42:56 [multiproc_executor.py:315] Worker proc VllmWorker-0 died unexpectedly (exit code: -9), shutting down executor."
+    assert parse_boot_log(CPU_READY + worker + "\n", VLLM).outcome == "engine-dead"
+    # a traceback frame that only names the class decides nothing
+    frame = '  File "/opt/vllm/lib/python3.11/site-packages/vllm/v1/engine/core_client.py", line 787, in call\n    raise EngineDeadError()\n'
+    assert parse_boot_log(CPU_READY + frame, VLLM).outcome == "ready"
+
+
+def test_the_cpu_kv_space_lines_fill_the_plan() -> None:
+    auto = ("INFO 12-01 20:34:32 [cpu_worker.py:260] Auto set (10.89/23.54) GiB for KV cache on node 0, with 22.36 GiB "
+            "requested memory for the worker. 11.47 GiB memory was consumed by non-kv usages.\n")
+    for text, kv in ((CPU_READY, 1.0), (auto + CPU_READY.split("\n", 1)[1], 10.89)):
+        report = parse_boot_log(text, VLLM)
+        assert report.plan["kv_pool_gib"] == kv and report.plan["total_gib"] == 23.54
+        assert (report.kv_pool_tokens, report.max_concurrency, report.max_concurrency_len) == (524288, 256.0, 2048)
+
+
+def test_a_saved_aot_model_that_does_not_load_is_a_compile_cache_miss_with_its_reason() -> None:
+    load_failed = ("WARNING 12-01 20:36:55 [decorators.py:333] [backbone] Compiling model again due to a load failure "
+                   "from /root/.cache/vllm/torch_compile_cache/torch_aot_compile/7400/rank_0_0/model, reason: "
+                   "'function' object has no attribute 'finalize_loading'\n")
+    saved = ("INFO 12-01 20:37:29 [decorators.py:743] [backbone] saved AOT compiled function to "
+             "/root/.cache/vllm/torch_compile_cache/torch_aot_compile/7400/rank_0_0/model\n")
+    loaded = ("INFO 12-01 20:37:29 [decorators.py:320] [backbone] Directly load AOT compilation from path "
+              "/root/.cache/vllm/torch_compile_cache/torch_aot_compile/7400/rank_0_0/model\n")
+    report = parse_boot_log(load_failed + saved + CPU_READY, VLLM)
+    assert report.compile_cache_hit is False
+    assert report.plan["compile_cache_load_error"] == "'function' object has no attribute 'finalize_loading'"
+    assert report.plan["compile_cache_saved"] is True
+    hit = parse_boot_log(loaded + CPU_READY, VLLM)
+    assert hit.compile_cache_hit is True and "compile_cache_saved" not in hit.plan
+
+
+@pytest.mark.parametrize("line, detail", [
+    ("ValueError: Available memory on node 0 (12.75/14.21 GiB) on kv cache allocation is less than requested memory "
+     "for kv (16.0 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other processes.",
+     {"node": 0, "free_gib": 12.75, "total_gib": 14.21, "requested_gib": 16.0}),
+    ("ValueError: Available memory on node 0 (12.87/14.21 GiB) on startup is less than desired CPU memory utilization "
+     "(0.99, 14.07 GiB). Decrease CPU memory utilization or reduce CPU memory used by other processes.",
+     {"node": 0, "free_gib": 12.87, "util": 0.99, "requested_util_gib": 14.07}),
+])
+def test_host_memory_short_of_the_cpu_builds_request(line, detail) -> None:
+    report = parse_boot_log(f"ERROR 12-01 20:50:01 [core.py:1100] {line}\n{INIT}\n", VLLM, exit_code=1)
+    assert report.outcome == "insufficient-memory-for-utilization"
+    assert report.failure_detail == detail | ({"total_gib": 14.21} if "util" in detail else {})
