@@ -97,7 +97,9 @@ def test_sd_notify_status_and_watchdog_without_a_terminal(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     statuses = [m[len("STATUS="):] for m in got if m.startswith("STATUS=")]
     assert got[0] == "READY=1" and got.count("WATCHDOG=1") >= ARMS
-    assert any(" — booting" in s for s in statuses) and any("measuring depth 166" in s for s in statuses)
+    # the arm's phase reaches systemd (at most one STATUS per 2 s of wall time: which phases get
+    # through depends on the machine's speed, so any one of them will do)
+    assert any(re.search(r" — (booting|measuring depth \d+)", s) for s in statuses), statuses
     last = statuses[-1]
     assert last.startswith("live-notify · arm ") and "incumbent: " in last and "ETA " in last
     assert not (tmp_path / "journal" / "live-notify" / "phase.json").exists()   # removed when the night ends
