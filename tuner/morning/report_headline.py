@@ -16,7 +16,6 @@ from collections import Counter
 import pandas as pd
 
 from arms import values
-from tuner.night.schema import Journaled
 from tuner.night.records import latest_judged
 from tuner.morning.status import baseline_objective
 from tuner.morning.status import gain as status_gain
@@ -168,7 +167,7 @@ def _error_rate(b) -> float | None:
     end = b.st.ended or {}
     if end.get("error_rate") is not None:
         return end["error_rate"]
-    return Journaled(b.start.get("campaign")).noise.error_rate
+    return b.camp.noise.error_rate
 
 
 def _band_text(judged: dict | None, error_rate: float | None) -> str:

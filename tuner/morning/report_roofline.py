@@ -39,9 +39,8 @@ def _bandwidth(folder: Path, camp: dict, start: dict | None = None) -> tuple[flo
 
 
 def roofline(b, df) -> Section | None:
-    camp = b.start.get("campaign") or {}
     try:
-        family = load_profile(Journaled(camp).engine).family
+        family = load_profile(b.camp.engine).family
     except Exception:       # noqa: BLE001 - a profile the report cannot load: no roofline
         return None
     if family != "llamacpp":
@@ -59,7 +58,7 @@ def roofline(b, df) -> Section | None:
     except (OSError, ValueError) as e:
         return s.add("p", f"The model {model} could not be read as GGUF ({e}): bytes per token n/a.")
     per_token = bytes_per_token(tensors, n_expert, n_used)
-    gbs, source = _bandwidth(Path(b.folder), camp, b.start)
+    gbs, source = _bandwidth(Path(b.folder), b.camp.raw, b.start)
     inc_n = b.inc_arm.get(b.st.incumbent.key())
     if inc_n is None or inc_n not in df.index:
         return s.add("p", "No measured incumbent: decode n/a.")

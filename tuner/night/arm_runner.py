@@ -185,7 +185,7 @@ class ArmRunner:
             rec["verdict"] = Verdict.WORSE.value
             rec["reason"] = pruned
         elif kind in ("baseline", "recheck", "measure") or incumbent is None:
-            rec["verdict"] = Verdict(kind).value if kind in ("baseline", "recheck") else Verdict.MEASURED.value
+            rec["verdict"] = kind if kind in (Verdict.BASELINE, Verdict.RECHECK) else Verdict.MEASURED.value
         else:
             j = judge(score, incumbent, band, self.min_effect)
             rec["verdict"], rec["delta"], rec["threshold"] = j.verdict, j.delta, j.threshold

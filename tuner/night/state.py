@@ -61,7 +61,6 @@ class State:
     incumbent_score: Score | None = None
     samples: list[float] = field(default_factory=list)      # the incumbent's objective re-measures
     started: dict | None = None
-    ended: dict | None = None                               # the last campaign_end
     ends: list[dict] = field(default_factory=list)          # every campaign_end (a night stopped and resumed)
     guard: list[dict] = field(default_factory=list)
     moves: list[dict] = field(default_factory=list)
@@ -87,6 +86,11 @@ class State:
     _starts: dict = field(default_factory=dict, repr=False, compare=False)  # incumbent key -> its finished "start" arms
     _latest: dict = field(default_factory=dict, repr=False, compare=False)  # see latest_comparisons
     looks: int = 0                   # comparisons of a change (the promotion looks spent so far)
+
+    @property
+    def ended(self) -> dict | None:
+        """The last campaign_end (None while the night has not ended)."""
+        return self.ends[-1] if self.ends else None
 
     @property
     def next_n(self) -> int:
@@ -435,5 +439,4 @@ def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None =
     elif isinstance(rec, Guard):
         st.guard.append(rec.raw)
     elif isinstance(rec, CampaignEnd):
-        st.ended = rec.raw
         st.ends.append(rec.raw)
