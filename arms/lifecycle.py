@@ -68,9 +68,10 @@ class Booted:
 
 def crashpoint(name: str, arm) -> None:
     """Fault injection for the crash-resume tests: ``TUNER_CRASH_AT=name:arm`` kills this process
-    with SIGKILL at that point, exactly as `kill -9` would. Unset, it does nothing."""
+    with SIGKILL at that point, exactly as `kill -9` would (``name:*``: the first time any arm gets
+    there). Unset, it does nothing."""
     spec = os.environ.get("TUNER_CRASH_AT")
-    if spec and spec == f"{name}:{arm}":
+    if spec and spec in (f"{name}:{arm}", f"{name}:*"):
         log.warning("[crashpoint] %s", spec)
         os.kill(os.getpid(), signal.SIGKILL)
 

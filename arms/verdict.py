@@ -6,6 +6,7 @@ and ``json.dumps`` writes the plain word), so journals written before this enum 
     better | parity | worse | undecided   a comparison against the incumbent (tuner.night.compare)
     baseline | recheck | measured        the incumbent's own arms and comparison-free measurements
     boot-failed:<class>                  the shape never served (its class from the boot log)
+    unstable                             the boot's rate never settled (arms.steady): never better, never worse
     corrupt                              the quality guard fired: the numerics changed the text
     invalid                              the measurement could not be trusted
     interrupted                          the tuner stopped mid-arm (a signal, a crash)
@@ -23,6 +24,7 @@ class Verdict(StrEnum):
     BASELINE = "baseline"
     RECHECK = "recheck"
     MEASURED = "measured"
+    UNSTABLE = "unstable"
     CORRUPT = "corrupt"
     INVALID = "invalid"
     INTERRUPTED = "interrupted"

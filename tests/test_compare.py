@@ -6,6 +6,8 @@ import random
 
 import pytest
 
+from arms.steady import steady
+
 from tuner.night.compare import Side, compare, estimate_drift, look_alpha
 
 DEPTHS = {"166": 30.0, "1087": 28.0, "4064": 27.0}
@@ -16,12 +18,19 @@ def boot(rng, factor=1.0, sigma=0.03, runs=3):
                                     for _ in range(runs)]} for d, r in DEPTHS.items()}}
 
 
+def warm(ms) -> int:
+    """Leading runs arms.steady leaves out as warm-up (a first run 2.5 sigma low, by chance here)."""
+    return sum(steady(m).warmup_runs for m in ms)
+
+
 def test_a_clear_gain_is_better_and_a_clear_loss_worse():
     rng = random.Random(1)
-    inc = Side.of([boot(rng, runs=9), boot(rng, runs=9)])
-    up = compare(Side.of([boot(rng, 1.08, runs=9), boot(rng, 1.08, runs=9)]), inc, alpha=0.001)
+    mi = [boot(rng, runs=9), boot(rng, runs=9)]
+    inc = Side.of(mi)
+    mc = [boot(rng, 1.08, runs=9), boot(rng, 1.08, runs=9)]
+    up = compare(Side.of(mc), inc, alpha=0.001)
     assert up.verdict == "better" and up.lo > 0 and 0.05 < up.effect < 0.11
-    assert up.runs == (54, 54) and up.boots == (2, 2)
+    assert up.runs == (54 - warm(mc), 54 - warm(mi)) and up.boots == (2, 2)
     down = compare(Side.of([boot(rng, 0.9, runs=9)]), inc, alpha=0.001)
     assert down.verdict == "worse" and down.hi < 0
 
@@ -161,10 +170,11 @@ def test_a_run_something_else_stalled_is_left_out_and_counted():
     rng = random.Random(31)
     inc = [boot(rng, runs=4) for _ in range(3)]
     inc[1]["depths"]["1087"]["runs"][3]["decode_tok_s"] = 0.53
-    slow = Side.of([boot(rng, 0.6, runs=4) for _ in range(3)])
+    ms = [boot(rng, 0.6, runs=4) for _ in range(3)]
+    slow = Side.of(ms)
     c = compare(slow, Side.of(inc), alpha=0.001)
     assert c.verdict == "worse" and c.disturbed == (0, 1) and c.to_dict()["disturbed"] == [0, 1]
-    assert c.runs == (36, 35)
+    assert c.runs == (36 - warm(ms), 35 - warm(inc))
     kept = Side(tuple({d: [math.log(x["decode_tok_s"]) for x in r["runs"]] for d, r in m["depths"].items()}
                       for m in inc))
     assert compare(slow, kept, alpha=0.001).se > 4 * c.se      # what the stalled run did to the interval
@@ -188,7 +198,8 @@ def test_a_run_another_process_held_the_box_for_is_left_out_and_counted_on_its_o
     ch = [boot(rng, runs=6) for _ in range(2)]
     inc[0]["depths"]["166"]["runs"][0]["decode_tok_s"] = 0.4          # and one stalled run as well
     c = compare(Side.of(ch), Side.of(inc), alpha=0.001)
-    assert c.contended == (0, 18) and c.disturbed == (0, 1) and c.runs == (36, 35) and c.boots == (2, 2)
+    assert c.contended == (0, 18) and c.disturbed == (0, 1) and c.boots == (2, 2)
+    assert c.runs == (36 - warm(ch), 35 - warm(inc))
     assert c.to_dict()["contended"] == [0, 18] and abs(c.effect) < 0.03
     unmarked = [{"depths": {d: {"runs": [{k: v for k, v in r.items() if k not in ("contended", "conditions")}
                                          for r in x["runs"]]} for d, x in m["depths"].items()}} for m in inc]

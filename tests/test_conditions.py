@@ -248,6 +248,7 @@ def test_a_night_leaves_out_the_runs_a_tenant_held_and_the_journal_counts_them(t
     hour is marked contended, the comparisons that pool those boots leave them out and say how
     many, and no run outside the hour is marked."""
     from arms.profiles import load_profile
+    from arms.steady import steady
     from tests.test_campaign_sim import campaign
     from tuner.night.campaign import load_campaign
     from tuner.night.loop import CampaignLoop
@@ -279,7 +280,9 @@ def test_a_night_leaves_out_the_runs_a_tenant_held_and_the_journal_counts_them(t
         if r["op"] != "compare" or "contended" not in r["comparison"]:
             continue
         c = r["comparison"]
-        valid = sum(run["valid"] for e in recs if e["op"] == "arm_end" and e["arm"] < r["arm"]
-                    and shape_of[e["arm"]] == r["incumbent"] and (e.get("measurement") or {}).get("outcome") == "measured"
-                    for d in e["measurement"]["depths"].values() for run in d["runs"])
-        assert c["runs"][1] + c["contended"][1] + (c.get("disturbed") or [0, 0])[1] == valid
+        refs = [a for b in c["blocks"] for a in b["ref"]]       # the incumbent boots its blocks span
+        span = [e for e in recs if e["op"] == "arm_end" and min(refs) <= e["arm"] <= max(refs)
+                and shape_of[e["arm"]] == r["incumbent"] and (e.get("measurement") or {}).get("outcome") == "measured"]
+        valid = sum(run["valid"] for e in span for d in e["measurement"]["depths"].values() for run in d["runs"])
+        warm = sum(steady(e["measurement"]).warmup_runs for e in span)
+        assert c["runs"][1] + c["contended"][1] + (c.get("disturbed") or [0, 0])[1] + warm == valid

@@ -15,8 +15,9 @@ from tests.conftest import REPO
 from tests.test_campaign_sim import campaign
 
 HOURS = 4          # a 26-arm simulated night (seed 002's landscape), about 5 s of CPU per run
-# arm 0 baseline, 1 recheck, 2-4 probes, 5 the first confirm and move, 8 the second move, 15 a recheck
-POINTS = ["started:3", "measuring:7", "incumbent:8", "ended:12", "container-started:20"]
+# arm 0 baseline, 1 recheck, 2-4 probes, then confirms, the rechecks that bracket them and move the
+# incumbent (the first move, wherever it falls: ``incumbent:*``), later arms
+POINTS = ["started:3", "measuring:7", "incumbent:*", "ended:12", "container-started:20"]
 
 
 def tuner(*args, env=None):
@@ -57,7 +58,7 @@ def test_the_deadline_is_fixed_at_the_start_and_journaled(uninterrupted):
 
 @pytest.mark.parametrize("point", POINTS)
 def test_kill_9_at_any_point_and_resume_keeps_the_nights_budget(tmp_path, uninterrupted, point):
-    name = "kill-" + point.replace(":", "-")
+    name = "kill-" + point.replace(":", "-").replace("*", "first")
     path = campaign(tmp_path, name, budget={"hours": HOURS})
     folder = tmp_path / "journal" / name
     first = tuner("run", path, "--simulated", "--quiet", env={"TUNER_CRASH_AT": point})
@@ -69,7 +70,9 @@ def test_kill_9_at_any_point_and_resume_keeps_the_nights_budget(tmp_path, uninte
     recs = records(folder)
     n_whole = sum(r["op"] == "arm_start" for r in uninterrupted)
     n = sum(r["op"] == "arm_start" for r in recs)
-    assert abs(n - n_whole) <= 2, (n, n_whole)                    # a fresh budget would give ~twice as many
+    # a fresh budget would give ~twice as many; the resumed night's own decisions differ (a fresh
+    # simulated box draws other noise), and a failed boot takes less of the budget than a measured one
+    assert abs(n - n_whole) <= max(2, n_whole // 4), (n, n_whole)
     ts = [r["t"] for r in recs]
     assert ts == sorted(ts) and ts[0] == killed[0]["t"]            # monotone: the clock continued, never restarted
     start = recs[0]

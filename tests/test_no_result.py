@@ -78,7 +78,7 @@ def test_a_simulated_night_is_refused_by_promote_in_one_line_unless_allowed(tmp_
     from tests.test_promote import UNIT, ProdFake, production, smoke_at
     from tuner.production.promote import promote
 
-    path = campaign(tmp_path, "simprom", budget={"max_arms": 6}, production=production(tmp_path, "quadlet"))
+    path = campaign(tmp_path, "simprom", budget={"max_arms": 8}, production=production(tmp_path, "quadlet"))
     r = tuner("run", path, "--simulated", "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]
     folder = tmp_path / "journal" / "simprom"

@@ -198,6 +198,8 @@ class _Builder:
             return PARITY, f"parity {d} ({band})" + (" — did not confirm" if a.kind == "confirm" else "")
         if v == "worse":
             return WORSE, (why or (f"{d} ({band}) — ruled out" if not missing(row.delta) else "worse — ruled out"))
+        if v == "unstable":
+            return UNDECIDED, f"unstable — {a.end.get('reason') or 'the rate never settled within the boot'}"
         if v == "undecided":
             c = (a.end or {}).get("compare") or {}
             interval = f" [{c['lo']:+.1%}, {c['hi']:+.1%}]" if c.get("lo") is not None else ""

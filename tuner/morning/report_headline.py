@@ -19,6 +19,7 @@ from arms import values
 from tuner.night.records import latest_judged
 from tuner.morning.status import baseline_objective
 from tuner.morning.status import gain as status_gain
+from tuner.morning.report_blocks import block_lines, contended_runs, night_drift, steady_lines
 from tuner.morning.report_model import Section, _num, _pct, _span, _when, _words
 
 
@@ -195,6 +196,24 @@ def decisions(b, df: pd.DataFrame) -> Section:
         rows = [[f"arm {r['arm']}", f"{r['change'][0]} → {values.text_of(r['change'][1])}", *_cmp_row(r["comparison"])]
                 for r in moves]
         s.add("table", pd.DataFrame(rows, columns=["move", "change", *cols]))
+    for r in moves:
+        lines = block_lines(b, r["comparison"])
+        if lines:
+            s.add("p", f"Arm {r['arm']}'s move rests on {len(lines)} block(s) of boots in time order:")
+            s.add("ul", lines)
+    drift = night_drift(b)
+    if drift:
+        s.add("p", drift)
+    warm, unstable = steady_lines(b)
+    if warm:
+        s.add("p", warm)
+    if unstable:
+        s.add("p", "Unstable (the rate never settled within the boot: never promoted, never called worse):")
+        s.add("ul", unstable)
+    held = contended_runs(b)
+    if held:
+        s.add("p", f"{held} run(s) were taken while another process held the box; they were left out of the "
+                   "comparisons.")
     h2h = [r for r in b.st.comparisons if r.get("kind") == "head-to-head"]
     if h2h:
         c = h2h[-1]["comparison"]

@@ -21,6 +21,7 @@ from arms.prompts import api_from_profile
 from arms.secrets import Sealer
 from arms.shape import Shape
 
+from arms.steady import steady
 from arms.verdict import Verdict, boot_failed
 from tuner.night.compare import MIN_EFFECT
 from tuner.night.verdict import Constraints, NoiseBand, Objective, Score, judge, objective_sigma
@@ -167,6 +168,10 @@ class ArmRunner:
         if sweep is not None:
             mdict["sweep"] = sweep
         rec["measurement"] = mdict
+        settled = steady(mdict)               # warm-up left out of comparisons; a boot that never settled
+        if settled.warmup_runs or settled.unstable:
+            rec["steady"] = settled.to_dict()
+            log.info("[arm %s STEADY] %s", n, settled.unstable or f"{settled.warmup_runs} warm-up run(s) left out")
         rec["noise"] = objective_sigma(mdict)
         q = quality.check(self.reference(reference_arm), m, numerics)
         rec["quality"] = q.to_dict()
@@ -184,6 +189,9 @@ class ArmRunner:
         elif pruned:
             rec["verdict"] = Verdict.WORSE.value
             rec["reason"] = pruned
+        elif kind in ("probe", "confirm") and settled.unstable:   # its runs say nothing of a steady rate
+            rec["verdict"] = Verdict.UNSTABLE.value
+            rec["reason"] = settled.unstable
         elif kind in ("baseline", "recheck", "measure") or incumbent is None:
             rec["verdict"] = kind if kind in (Verdict.BASELINE, Verdict.RECHECK) else Verdict.MEASURED.value
         else:

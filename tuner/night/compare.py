@@ -42,10 +42,11 @@ import statistics
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
+from arms.steady import DISTURBED, steady, undisturbed  # noqa: F401 - undisturbed: compare's name too
+
 _N = NormalDist()
 ERROR_RATE = 0.01          # noise.error_rate's default: the chance a night promotes anything not truly better
 MIN_EFFECT = 0.02          # noise.min_effect's default: the smallest gain worth a move
-DISTURBED = math.log(3)    # a run this far from its boot's median rate at its depth was disturbed
 SIGMA_FLOOR = 0.004        # a relative sigma below this is not believed (three identical runs)
 DRIFT_Z = 2.0              # a drift is corrected for once its slope is this many standard errors from 0
 
@@ -58,9 +59,14 @@ def runs_by_depth(measurement: dict | None, depth: int | None = None) -> dict[st
 def _split_runs(measurement: dict | None, depth: int | None) -> tuple[dict[str, list[float]], int, int]:
     """``runs_by_depth``, how many valid runs ``undisturbed`` left out of it, and how many valid
     runs were left out first because another process held the box during them (a run marked
-    ``contended`` by its measurement, ``arms.conditions``; records without the mark keep all)."""
+    ``contended`` by its measurement, ``arms.conditions``; records without the mark keep all).
+    Before either, the boot's warm-up runs are left out, and a boot that never settled gives
+    nothing (``arms.steady``)."""
     out: dict[str, list[float]] = {}
     dropped = contended = 0
+    settled = steady(measurement)
+    if settled.unstable:
+        return out, 0, 0                  # a boot that never settled: no evidence of a steady rate
     for d, r in ((measurement or {}).get("depths") or {}).items():
         if depth is not None and int(d) != depth:
             continue
@@ -69,23 +75,10 @@ def _split_runs(measurement: dict | None, depth: int | None) -> tuple[dict[str, 
         contended += len(ok) - len(xs)
         kept = undisturbed(xs)
         dropped += len(xs) - len(kept)
+        kept = kept[settled.warmup.get(str(d), 0):]      # arms.steady counts them among the undisturbed
         if kept:
             out[str(d)] = kept
     return out, dropped, contended
-
-
-def undisturbed(xs: list[float]) -> list[float]:
-    """The log rates of one boot at one depth without the runs something else disturbed: a run
-    more than ``DISTURBED`` (x3 either way) from the median of its three or more siblings. A
-    host that stalls one request for two minutes (another tenant, reclaim, a hypervisor) gives a
-    run at 1 % of the others' rate; in log space that one run is a variance no effect can clear,
-    and a whole night's comparisons end undecided. Noise never moves one run threefold (a 6 %
-    sigma would need 18 sigma); a shape that really is that erratic keeps at most one run in
-    three out and is still judged on the rest."""
-    if len(xs) < 3:
-        return xs
-    med = statistics.median(xs)
-    return [x for x in xs if abs(x - med) <= DISTURBED]
 
 
 @dataclass(frozen=True)
@@ -192,9 +185,25 @@ class Comparison:
     drift_per_h: float | None = None    # the drift corrected for (relative per hour), None: none seen
     disturbed: tuple[int, int] = (0, 0)  # runs left out as disturbed (challenger, incumbent)
     contended: tuple[int, int] = (0, 0)  # runs left out: another process held the box (challenger, incumbent)
+    # comparisons blocked in time (tuner/night/blocks.py); empty for the pooled test
+    blocks: tuple = ()                   # one per challenger boot: its reference boots, weights, difference
+    open: int = 0                        # blocks not bracketed by incumbent boots (or jumped): no promotion yet
+    boot_sigma: float | None = None      # the night's boot-to-boot sigma the test used
+    spread_pairs: int = 0                # successive boot pairs that sigma was estimated from
+    drift_seen: float | None = None      # the incumbent's mean drift per hour across the closed blocks
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        if not self.blocks:              # the pooled test: the old records' shape
+            for k in ("blocks", "open", "boot_sigma", "spread_pairs", "drift_seen"):
+                d.pop(k)
+        else:
+            d["blocks"] = list(self.blocks)
+            d["boot_sigma"] = round(self.boot_sigma or 0.0, 6)
+            if self.drift_seen is None:
+                d.pop("drift_seen")
+            else:
+                d["drift_seen"] = round(self.drift_seen, 6)
         for k in ("effect", "se", "lo", "hi"):
             d[k] = round(d[k], 6)
         if self.drift_per_h is None:
@@ -260,6 +269,25 @@ def look_alpha(alpha: float, k: int, planned: int, peeks: int = 1) -> float:
     return alpha * L / ((k + L - 1) * (k + L)) / max(1, peeks)
 
 
+def decide(log_eff: float, se: float, df: float, *, alpha: float, drop_alpha: float,
+           min_effect: float) -> tuple[float, float, float, str, str]:
+    """(effect, lower bound at ``alpha``, upper bound at ``drop_alpha``, verdict, why) of a log
+    effect and its standard error: ``better`` when the lower bound is above 0 (and the effect at
+    least half the minimum), ``worse`` when the upper bound is below 0, ``parity`` when it is below
+    half the minimum effect, else ``undecided``."""
+    z_up = t_quantile(1 - alpha, df)
+    z_drop = _N.inv_cdf(1 - drop_alpha)
+    lo, hi = math.expm1(log_eff - z_up * se), math.expm1(log_eff + z_drop * se)
+    eff = math.expm1(log_eff)
+    if lo > 0 and eff >= min_effect / 2:
+        return eff, lo, hi, "better", f"lower bound {lo:+.1%} > 0 at error rate {alpha:.2g}"
+    if hi < 0:
+        return eff, lo, hi, "worse", f"upper bound {hi:+.1%} < 0"
+    if hi < min_effect / 2:
+        return eff, lo, hi, "parity", f"upper bound {hi:+.1%} below half the minimum effect {min_effect:.0%}"
+    return eff, lo, hi, "undecided", f"interval [{lo:+.1%}, {hi:+.1%}] straddles 0"
+
+
 def compare(challenger: Side, incumbent: Side, *, alpha: float, drop_alpha: float = 0.05,
             min_effect: float = MIN_EFFECT, drift: Drift | None = None) -> Comparison | None:
     """The test over every sample so far; None when the two sides share no depth with 2+ runs.
@@ -290,18 +318,7 @@ def compare(challenger: Side, incumbent: Side, *, alpha: float, drop_alpha: floa
         se_b = math.sqrt(statistics.variance(bc) / len(bc) + statistics.variance(bi) / len(bi) + drift_var)
         if se_b > se:
             se, boot_level = se_b, True    # a floor from the boots; the degrees of freedom stay the runs'
-    z_up = t_quantile(1 - alpha, df)
-    z_drop = _N.inv_cdf(1 - drop_alpha)
-    lo, hi = math.expm1(log_eff - z_up * se), math.expm1(log_eff + z_drop * se)
-    eff = math.expm1(log_eff)
-    if lo > 0 and eff >= min_effect / 2:
-        verdict, why = "better", f"lower bound {lo:+.1%} > 0 at error rate {alpha:.2g}"
-    elif hi < 0:
-        verdict, why = "worse", f"upper bound {hi:+.1%} < 0"
-    elif hi < min_effect / 2:
-        verdict, why = "parity", f"upper bound {hi:+.1%} below half the minimum effect {min_effect:.0%}"
-    else:
-        verdict, why = "undecided", f"interval [{lo:+.1%}, {hi:+.1%}] straddles 0"
+    eff, lo, hi, verdict, why = decide(log_eff, se, df, alpha=alpha, drop_alpha=drop_alpha, min_effect=min_effect)
     return Comparison(eff, se, lo, hi, alpha, drop_alpha, (challenger.runs, incumbent.runs),
                       (len(challenger.boots), len(incumbent.boots)), (challenger.spread(), incumbent.spread()),
                       boot_level, verdict, why, drift_per_h, (challenger.disturbed, incumbent.disturbed),

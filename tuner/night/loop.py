@@ -19,7 +19,8 @@ from arms.profiles import EngineProfile
 from arms.verdict import untrusted
 
 from tuner.night.arm_runner import ArmRunner, log_verdict
-from tuner.night.compare import Side, compare, estimate_drift, look_alpha
+from tuner.night.blocks import Boot, boot_spread, compare_blocked, drift_of
+from tuner.night.compare import look_alpha
 from tuner.night.readback import start_of
 from tuner.night.ending import (NoResult, continue_night, deadline_from, final_end, judged_start,  # noqa: F401
                                  no_result)
@@ -69,7 +70,6 @@ class CampaignLoop:
         self.facts = facts                  # what the host measured for a new night (journaled in campaign_start)
         self.stop = stop or (lambda: False)
         self.on_arm = on_arm
-        self.drift_correction = False       # compare.estimate_drift: off, bench/results/drift.md says why
         folder = camp.folder
         folder.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(folder / "journal.jsonl", clock=host.wall, sealer=camp.sealer())
@@ -123,6 +123,12 @@ class CampaignLoop:
             if a.change and promotes(a.kind, a.end, (a.end or {}).get("compare")) and a.incumbent == st.incumbent.key():
                 self._promote(st, a.n)
                 st = self._replay()
+        for (inc, _, _), c in st.latest_comparisons().items():     # a bracketed win the crash cut off
+            a = st.arms.get(c.get("arm"))
+            if inc == st.incumbent.key() and a is not None and a.change and promotes(a.kind, None, c):
+                self._promote(st, a.n, {k: v for k, v in c.items() if k != "arm"})
+                st = self._replay()
+        st = self._bracket(st, None)
         self._reconcile_optuna(st)
         return self._replay()
 
@@ -147,9 +153,32 @@ class CampaignLoop:
             if a is None or a.end is None:
                 self.study.tell(t.number, state=TrialState.FAIL)       # asked, never became an arm
         for a in st.arms.values():
+            if self._awaits_bracket(st, a) and not a.told:
+                continue                    # told once its blocks close (``_bracket``)
             if a.end is not None and a.trial is not None and (not a.told or a.trial in running):   # a torn tell
                 self._tell(a.trial, a.end)
                 self.journal.append("told", arm=a.n, trial=a.trial)
+
+    @staticmethod
+    def _awaits_bracket(st: State, a) -> bool:
+        """Arm ``a``'s latest comparison reads better but waits for incumbent boots around its
+        boots (tuner/night/blocks.py): its trial stays RUNNING until ``_bracket`` decides it, so the
+        study's value is the one the move (or its absence) gives."""
+        if a.end is None or not a.change or a.incumbent != st.incumbent_key:
+            return False
+        c = st.latest_comparisons().get((a.incumbent, a.change[0], values.text(a.change[1])))
+        return c is not None and c.get("arm") == a.n and bool(c.get("open")) and c.get("verdict") == "better"
+
+    def _tell_waiting(self, st: State, current: int | None) -> None:
+        """Tell the trials of arms that waited for a bracket and no longer do (decided, or the
+        incumbent moved on), in arm order; never the arm running now (``current``: it tells its own)."""
+        for a in st.finished():
+            if a.n != current and a.change and a.trial is not None and not a.told and a.kind in ("probe", "confirm") \
+                    and not self._awaits_bracket(st, a):
+                t = trial_of(self.study, a.trial)
+                if t is not None and t.state == TrialState.RUNNING:
+                    self._tell(a.trial, a.end)
+                    self.journal.append("told", arm=a.n, trial=a.trial)
 
     def _tell(self, trial: int, end: dict) -> None:
         t = trial_of(self.study, trial)
@@ -242,6 +271,11 @@ class CampaignLoop:
             st = self._replay()
             if self.on_arm:
                 self.on_arm(st, st.arms[st.next_n - 1].end or {})
+        self._tell_waiting(st, None)    # the night ends: every trial told (a win still waiting for its
+        for a in st.finished():         # bracket is not a move)
+            if a.trial is not None and not a.told and self._awaits_bracket(st, a):
+                self._tell(a.trial, {**a.end, "verdict": "undecided"})
+                self.journal.append("told", arm=a.n, trial=a.trial)
         verdict = self._verdict(st)
         self.journal.append("campaign_end", reason=reason, arms=len(st.arms),
                             incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict,
@@ -267,26 +301,56 @@ class CampaignLoop:
     def _comparable(self) -> bool:
         return self.camp.search.objective.kind in ("decode", "decode_geomean")
 
-    def _compare(self, st: State, shape, extra: dict | None, against=None):
-        """The comparison of ``shape`` (its boots so far, plus ``extra``) against the incumbent
-        (or ``against``), at the next promotion look's error rate."""
+    def _compare(self, st: State, shape, extra: dict | None, against=None, arm: int | None = None):
+        """The comparison of ``shape`` (its boots so far, plus ``extra``: the boot measuring now)
+        against the incumbent (or ``against``), blocked in time (tuner/night/blocks.py), at the
+        next promotion look's error rate."""
         ref = st.incumbent if against is None else against
-        drift, times_c, times_i = None, None, None
-        if self.drift_correction:
-            boots = st.measured_boots()
-            drift = estimate_drift([Side.of([m for _, m in b], self._depth(), [t for t, _ in b])
-                                    for b in boots.values()])
-            if drift is not None:
-                tc = [t for t, _ in boots.get(shape.key(), [])]
-                times_c = tc + ([self.host.wall() / 3600.0] if extra else [])
-                times_i = [t for t, _ in boots.get(ref.key(), [])]
-        side_c = Side.of(st.measurements_of(shape) + ([extra] if extra else []), self._depth(), times_c)
-        side_i = Side.of(st.measurements_of(ref), self._depth(), times_i)
+        depth = self._depth()
+        series = {k: [Boot.of(n, float(n), m, depth, hours=t) for n, t, m in b]      # the arm order: the axis
+                  for k, b in st.measured_boots().items()}
+        if extra:
+            n = st.next_n if arm is None else arm
+            series.setdefault(shape.key(), []).append(Boot.of(n, float(n), extra, depth, hours=self.host.wall() / 3600.0))
+        drift = drift_of(list(series.values()))
+        spread = boot_spread([b for key, b in series.items() if key != shape.key()], drift)   # its own: the floor
         k = st.looks + 1
-        return compare(side_c, side_i, alpha=look_alpha(self.error_rate, k, self._planned_looks(), EXTEND_CAP),
-                       min_effect=self.camp.search.min_effect, drift=drift), k
+        return compare_blocked(series.get(shape.key(), []), series.get(ref.key(), []), spread=spread,
+                               alpha=look_alpha(self.error_rate, k, self._planned_looks(), EXTEND_CAP),
+                               min_effect=self.camp.search.min_effect, drift=drift), k
 
-    def _extender(self, st: State, p: Proposal, shape):
+    def _bracket(self, st: State, n: int | None) -> State:
+        """Re-judge the challengers at this incumbent whose ``better`` waited for incumbent boots
+        around theirs (an open block, tuner/night/blocks.py): once a later incumbent boot closes one,
+        the comparison is journaled again (``kind: bracketed``, ``closed_by`` the arm that did) and
+        promotes when it still says better. Idempotent: resume calls it too."""
+        if not self._comparable():
+            return st
+        for (inc, name, vt), c in st.latest_comparisons().items():
+            if inc != st.incumbent.key() or not c.get("open") or c.get("verdict") != "better":
+                continue
+            arm = st.arms.get(c.get("arm"))
+            if arm is None or arm.change is None or (arm.end or {}).get("verdict") is None:
+                continue
+            new, look = self._compare(st, arm.shape, None)
+            if new is None or new.open >= c["open"]:
+                continue
+            self.journal.append("compare", arm=arm.n, incumbent=st.incumbent.key(), look=look, kind="bracketed",
+                                closed_by=n, change=[arm.change[0], values.encode(arm.change[1])],
+                                comparison=new.to_dict())
+            log.info("[arm %s BRACKETED] %s -> %s: %s %s (%d open block(s) left)", arm.n, arm.change[0],
+                     values.text(arm.change[1]), new.verdict, new.interval_text(), new.open)
+            st = self._replay()
+            if promotes(arm.kind, None, new.to_dict()):
+                self._promote(st, arm.n, new.to_dict())
+                if n is not None:
+                    crashpoint("incumbent", n)
+                st = self._replay()
+                break
+        self._tell_waiting(st, n)
+        return self._replay()
+
+    def _extender(self, st: State, p: Proposal, shape, n: int):
         """How many more runs per depth this boot measures: the incumbent and the starting shape
         to twice the plan's runs; a challenger while its comparison is undecided, up to
         ``EXTEND_CAP`` x (each of those tests is charged: ``look_alpha``'s peeks)."""
@@ -301,7 +365,7 @@ class CampaignLoop:
                 return runs if have < 2 * runs else 0
             if have >= EXTEND_CAP * runs or st.incumbent_arm is None:
                 return 0
-            c, _ = self._compare(st, shape, m)
+            c, _ = self._compare(st, shape, m, arm=n)
             return runs if c is not None and c.verdict == "undecided" else 0
         return more
 
@@ -373,7 +437,7 @@ class CampaignLoop:
         try:
             rec = self.runner.run(n, shape, kind=p.kind, change=p.change, numerics=numerics, incumbent=inc_score,
                                   incumbent_depths=inc_depths, band=band, reference_arm=st.incumbent_arm,
-                                  extend=self._extender(st, p, shape))
+                                  extend=self._extender(st, p, shape, n))
         except (KeyboardInterrupt, SystemExit):
             self.journal.append("arm_end", arm=n, kind=p.kind, verdict="interrupted", reason="signal")
             log.warning("[arm %d VERDICT interrupted] a signal stopped the tuner mid-arm", n)
@@ -383,7 +447,7 @@ class CampaignLoop:
             raise
         cmp = look = None
         if needs_comparison(p.kind, p.change, rec, self._comparable()):
-            cmp, look = self._compare(st, shape, rec.get("measurement"))
+            cmp, look = self._compare(st, shape, rec.get("measurement"), arm=n)
         rec = settle(rec, cmp)                 # the arm's final verdict: one place (tuner.night.verdict)
         self.journal.append("arm_end", **{k: v for k, v in rec.items() if k != "arm"}, arm=n)
         log_verdict(n, rec, p.change)          # once, after the comparison (its interval in the line)
@@ -405,19 +469,25 @@ class CampaignLoop:
         if promotes(p.kind, rec, rec.get("compare") if cmp is not None else None):
             self._promote(self._replay(), n)
             crashpoint("incumbent", n)
-        self._tell(trial, rec)
-        self.journal.append("told", arm=n, trial=trial)
+        elif cmp is None:
+            self._bracket(self._replay(), n)      # an incumbent boot may close a waiting challenger's blocks
+        st3 = self._replay()
+        if not self._awaits_bracket(st3, st3.arms[n]):
+            self._tell(trial, rec)
+            self.journal.append("told", arm=n, trial=trial)
         crashpoint("told", n)
 
-    def _promote(self, st: State, n: int) -> None:
-        """Move the incumbent to confirm arm ``n`` (idempotent: resume calls it too)."""
+    def _promote(self, st: State, n: int, comparison: dict | None = None) -> None:
+        """Move the incumbent to confirm arm ``n`` (idempotent: resume calls it too); ``comparison``:
+        the one that promoted it when it is not the arm's own (a bracketed one)."""
         if any(m.get("arm") == n for m in st.moves):
             return
         arm = st.arms[n]
         same = [a for a in st.finished() if a.shape == arm.shape and a.n <= n and a.verdict != "corrupt"
                 and (a.end or {}).get("score")]
         samples = [a.end["score"]["objective"] for a in same if a.end["score"].get("objective") is not None]
-        extra = {"comparison": arm.end["compare"]} if (arm.end or {}).get("compare") else {}
+        comparison = comparison or (arm.end or {}).get("compare")
+        extra = {"comparison": comparison} if comparison else {}
         self.journal.append("incumbent", arm=n, shape=arm.shape.to_dict(), identity=arm.key, score=arm.end["score"],
                             samples=samples,
                             change=[arm.change[0], values.encode(arm.change[1])], previous=arm.incumbent,

@@ -213,9 +213,25 @@ def _pending_confirm(state: State, done) -> Proposal | None:
             break                 # promoted at once (resume: loop._start)
         if a.kind in ("probe", "confirm") and a.verdict == Verdict.BETTER and a.incumbent == inc:
             c = next((r["comparison"] for r in reversed(state.comparisons) if r.get("arm") == a.n), None)
-            if a.kind == "probe" or (c is not None and c["boots"][0] < 2):
+            if c is None or c["boots"][0] < 2:        # a probe better on 2+ boots waits for its bracket only
                 return Proposal("confirm", a.change, why=f"confirm arm {a.n}: a second boot")
         break
+    return None
+
+
+def _pending_bracket(state: State) -> Proposal | None:
+    """A recheck when a challenger at this incumbent reads ``better`` on two boots or more but some
+    of its boots have no incumbent boot after them yet (an open block, tuner/night/blocks.py): the
+    incumbent's next boot closes them (A B B A) and the loop judges the challenger again
+    (``CampaignLoop._bracket``). Asked once per challenger boot: a recheck that already ran after
+    it (and could not close the block: it failed to boot) is not repeated."""
+    inc = state.incumbent.key()
+    last_recheck = max((a.n for a in state.finished() if a.kind == "recheck" and a.key == inc), default=-1)
+    for (k, _, _), c in state.latest_comparisons().items():
+        if k == inc and c.get("open") and c.get("verdict") == Verdict.BETTER and (c.get("boots") or [0])[0] >= 2 \
+                and (c.get("arm") or -1) > last_recheck:
+            return Proposal("recheck", why=f"bracket arm {c.get('arm')}: it reads better, but {c['open']} of its "
+                                           "boots have no incumbent boot after them yet")
     return None
 
 
@@ -230,6 +246,9 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
         p = _pending_confirm(state, done)
         if p is not None:
             return p
+    p = _pending_bracket(state)
+    if p is not None:
+        return p
     if recheck_every and state.arms_since_incumbent_measure() >= recheck_every:
         return Proposal("recheck", why=f"re-measure the incumbent every {recheck_every} arms (noise band)")
     cands = candidates(state, levers)

@@ -22,6 +22,7 @@ log = logging.getLogger("tuner.state")
 STRUCTURAL = {"constraint-violation", "bad-argument", "unsupported", "engine-init-failed", "no-gpu",
               "flag-not-applied", "corrupt", "model-load-failed"}
 MEMORY = {"oom", "kv-too-small", "insufficient-memory-for-utilization", "host-oom-killed"}
+MEASURES = ("baseline", "recheck", "confirm", "probe")   # a boot of a shape: the last one is when it was last measured
 
 
 @dataclass
@@ -152,14 +153,14 @@ class State:
         (the comparison, with its ``arm``)."""
         return dict(self._latest)
 
-    def measured_boots(self) -> dict[str, list[tuple[float, dict]]]:
-        """Shape key -> (hours on the journal's clock when the arm ended, measurement) of each of
-        its measured, uncorrupted boots, in order (what ``measurements_of`` returns, timed)."""
-        out: dict[str, list[tuple[float, dict]]] = {}
-        for a in sorted(self.finished(), key=lambda a: a.n):
+    def measured_boots(self) -> dict[str, list[tuple[int, float, dict]]]:
+        """Shape key -> (arm, hours on the journal's clock when the arm ended, measurement) of each
+        of its measured, uncorrupted boots, in arm order (what ``measurements_of`` returns, timed)."""
+        out: dict[str, list[tuple[int, float, dict]]] = {}
+        for a in self._done:
             m = (a.end or {}).get("measurement")
             if m and a.verdict != Verdict.CORRUPT and m.get("outcome") == "measured" and a.end.get("t") is not None:
-                out.setdefault(a.key, []).append((a.end["t"] / 3600.0, m))
+                out.setdefault(a.key, []).append((a.n, a.end["t"] / 3600.0, m))
         return out
 
     def arms_since_incumbent_measure(self) -> int:
@@ -211,7 +212,7 @@ class State:
                 got.insert(bisect.bisect_right([x[0] for x in got], a.n), (a.n, m))
             else:
                 got.append((a.n, m))
-        if a.kind in ("baseline", "recheck", "confirm"):
+        if a.kind in MEASURES:
             self._last_measure[a.key] = max(self._last_measure.get(a.key, -1), a.n)
 
 
@@ -248,7 +249,7 @@ def from_scratch(st: State) -> dict:
             meas.setdefault(a.shape, []).append(m)
     since = 0
     for a in reversed(done):
-        if a.kind in ("baseline", "recheck", "confirm") and a.key == st.incumbent_key:
+        if a.kind in MEASURES and a.key == st.incumbent_key:
             break
         since += 1
     fails = {}

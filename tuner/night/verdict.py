@@ -227,13 +227,15 @@ def promotes(kind: str, end: dict | None, comparison: dict | None) -> bool:
     """The promotion rule: does this arm move the incumbent to its shape?
 
     - a challenger compared with the incumbent: when the comparison is ``better`` at the night's
-      error rate *and* rests on two boots of the challenger or more (a confirming boot agreed);
+      error rate, rests on two boots of the challenger or more (a confirming boot agreed) *and*
+      every one of those boots is bracketed by incumbent boots (``open`` 0: a blocked comparison,
+      tuner/night/blocks.py, waits for the incumbent's next boot before it may move anything);
     - without a comparison (an objective that is not decode): a ``better`` confirming arm;
     - a probe the constraints decided (``by_constraint``): at once — a second boot repeats the
       memory arithmetic exactly.
     """
     if comparison is not None:
-        return comparison["verdict"] == Verdict.BETTER and comparison["boots"][0] >= 2
+        return comparison["verdict"] == Verdict.BETTER and comparison["boots"][0] >= 2 and not comparison.get("open")
     return (kind == "confirm" and (end or {}).get("verdict") == Verdict.BETTER) or (kind == "probe" and by_constraint(end))
 
 

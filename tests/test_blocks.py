@@ -1,0 +1,122 @@
+"""Comparisons blocked in time (tuner/night/blocks.py): what a drift, a step and boot-to-boot
+spread do to them, against the pooled test they replace."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from tuner.night.blocks import Boot, boot_spread, compare_blocked, drift_of
+from tuner.night.compare import Side, compare
+from tuner.night.verdict import promotes
+
+DEPTHS = ("166", "1087", "4064")
+
+
+def boot(arm: int, t: float, rate: float, rng: random.Random, sigma: float = 0.03, runs: int = 6,
+         boot_sigma: float = 0.0) -> Boot:
+    off = rng.gauss(0, boot_sigma)
+    return Boot(arm, t, {d: [math.log(rate) + off + rng.gauss(0, sigma) for _ in range(runs)] for d in DEPTHS})
+
+
+def night(pattern: str, effect: float, per_h: float, rng: random.Random, boot_sigma: float = 0.0,
+          dt: float = 0.25, step_at: float | None = None, step: float = 1.0):
+    """Boots in ``pattern`` order (A: incumbent, B: challenger), one every ``dt`` hours, on a box
+    whose rate drifts by ``per_h`` per hour (and drops by ``step`` at ``step_at`` hours)."""
+    inc, chal = [], []
+    for n, who in enumerate(pattern):
+        t = n * dt
+        box = math.exp(per_h * t) * (step if step_at is not None and t >= step_at else 1.0)
+        b = boot(n, t, 30.0 * box * ((1 + effect) if who == "B" else 1.0), rng, boot_sigma=boot_sigma)
+        (chal if who == "B" else inc).append(b)
+    return chal, inc
+
+
+def blocked(chal, inc, alpha=0.01):
+    series = [chal, inc]
+    drift = drift_of(series)
+    return compare_blocked(chal, inc, spread=boot_spread(series, drift), alpha=alpha, drift=drift)
+
+
+def test_a_linear_drift_cancels_inside_closed_blocks_and_biases_the_pooled_test():
+    """+8 %/h, no effect: the incumbent's boots spread over the night (pooled) make the challenger
+    read the drift; bracketed (A A A B B A), it reads ~0."""
+    rng = random.Random(1)
+    effs_blocked, effs_pooled = [], []
+    for _ in range(40):
+        chal, inc = night("AAABBA", 0.0, 0.08, rng)
+        c = blocked(chal, inc)
+        assert c.open == 0 and all(b["closed"] for b in c.blocks)
+        effs_blocked.append(c.effect)
+        p = compare(Side(tuple(b.runs for b in chal)), Side(tuple(b.runs for b in inc)), alpha=0.01)
+        effs_pooled.append(p.effect)
+    mean_b = sum(effs_blocked) / len(effs_blocked)
+    mean_p = sum(effs_pooled) / len(effs_pooled)
+    assert abs(mean_b) < 0.003
+    assert mean_p > 0.015                # the pooled test reads most of an hour's drift as an effect
+
+
+def test_an_open_block_may_read_better_but_never_promotes_until_the_incumbent_boots_after_it():
+    rng = random.Random(2)
+    chal, inc = night("AABB", 0.12, 0.0, rng)
+    c = blocked(chal, inc, alpha=0.05)
+    assert c.verdict == "better" and c.open == 2 and c.boots[0] == 2
+    assert "not yet bracketed" in c.why
+    assert not promotes("confirm", None, c.to_dict())
+    chal, inc = night("AABBA", 0.12, 0.0, random.Random(2))
+    c2 = blocked(chal, inc, alpha=0.05)
+    assert c2.open == 0 and c2.verdict == "better" and promotes("confirm", None, c2.to_dict())
+    assert c2.to_dict()["blocks"][0]["ref"] == [0, 1, 4]       # up to BRACKET boots each side, the line through them
+
+
+def test_a_step_inside_a_block_is_called_jumped_and_cannot_promote():
+    """The incumbent drops 30 % between its two boots (another tenant arrived): interpolating
+    across the step cancels nothing, the block is not counted as closed."""
+    rng = random.Random(3)
+    chal, inc = night("AABA", 0.0, 0.0, rng, step_at=0.6, step=0.7)
+    history = [boot(100 + k, k * 0.5, 40.0, rng) for k in range(8)]      # another shape, steady all night
+    series = [chal, inc, history]
+    drift = drift_of(series)
+    c = compare_blocked(chal, inc, spread=boot_spread(series, drift), alpha=0.05, drift=drift)
+    assert c.blocks[0].get("jumped") and c.open == 1
+    assert not promotes("confirm", None, c.to_dict())
+
+
+def test_boot_spread_is_measured_from_successive_boots_and_widens_the_interval():
+    rng = random.Random(4)
+    series = [[boot(n, n * 0.2, 30.0, rng, boot_sigma=0.03) for n in range(60)]]
+    sp = boot_spread(series)
+    assert 0.02 < sp.sigma < 0.045 and sp.pairs == 59
+    quiet = boot_spread([[boot(n, n * 0.2, 30.0, rng) for n in range(60)]])
+    assert quiet.sigma < 0.008
+    chal, inc = night("ABBA", 0.0, 0.0, random.Random(5))
+    wide = compare_blocked(chal, inc, spread=sp, alpha=0.01)
+    narrow = compare_blocked(chal, inc, spread=quiet, alpha=0.01)
+    assert wide.se > 2 * narrow.se
+
+
+@pytest.mark.parametrize("per_h,boot_sigma", [(0.04, 0.0), (-0.04, 0.0), (0.0, 0.02), (0.03, 0.02)])
+def test_zero_effect_challengers_promote_at_most_at_the_stated_rate(per_h, boot_sigma):
+    """600 zero-effect challengers, each A B B A on a drifting / spread box, tested at 5 %: the
+    closed blocks' false `better` rate stays within the rate (binomial slack: 3 sigma)."""
+    rng = random.Random(int(1000 * per_h + 100 * boot_sigma) + 7)
+    alpha, n, wins = 0.05, 600, 0
+    for _ in range(n):
+        chal, inc = night("AABBAA", 0.0, per_h, rng, boot_sigma=boot_sigma, dt=0.3)
+        history = [boot(100 + k, 10 + k * 0.3, 40.0, rng, boot_sigma=boot_sigma) for k in range(6)]
+        series = [chal, inc, history]
+        c = compare_blocked(chal, inc, spread=boot_spread(series), alpha=alpha)
+        wins += c.verdict == "better" and promotes("confirm", None, c.to_dict())
+    assert wins / n <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / n)
+
+
+def test_a_real_effect_is_still_found_on_a_drifting_box():
+    rng = random.Random(8)
+    found = 0
+    for _ in range(30):
+        chal, inc = night("AABBAA", 0.08, 0.03, rng)
+        c = blocked(chal, inc, alpha=0.001)
+        found += promotes("confirm", None, c.to_dict())
+        assert c.drift_seen is not None and 0.0 < c.drift_seen < 0.07
+    assert found >= 25

@@ -1,0 +1,77 @@
+"""What a non-stationary box did to the night, for "How sure" (tuner.morning.report_headline):
+each move's blocks in boot order and time, the drift the night saw, the warm-up left out, the
+boots that never settled and the runs another process disturbed. Reads the report's arms
+(``b.arms``: every arm's records, ``readback.ArmRecords``) and its replayed decisions (``b.st``).
+"""
+from __future__ import annotations
+
+from arms import values
+from tuner.night.blocks import Boot, drift_of
+
+
+def _hours(b, arm: int) -> str:
+    a = b.arms.get(arm)
+    t0 = (b.st.started or {}).get("t")
+    t = (a.end or {}).get("t") if a is not None else None
+    if t is None or t0 is None:
+        return "?"
+    h = (t - t0) / 3600
+    return f"{h:.1f} h" if h >= 1 else f"{h * 60:.0f} min"
+
+
+def block_lines(b, comparison: dict) -> list[str]:
+    """One line per block of a blocked comparison: the challenger's boot, the incumbent boots it was
+    read against (arm, hour of the night, weight), its difference, and whether it was closed."""
+    out = []
+    for bl in comparison.get("blocks") or ():
+        refs = ", ".join(f"arm {r} ({_hours(b, r)}, w {w:+.2f})" for r, w in zip(bl.get("ref", ()), bl.get("w", ())))
+        state = "jumped: the incumbent moved across it, not counted as closed" if bl.get("jumped") else \
+            ("closed" if bl.get("closed") else "open: no incumbent boot after it")
+        seen = f", incumbent drift across it {bl['drift_per_h']:+.1%}/h" if "drift_per_h" in bl else ""
+        out.append(f"boot arm {bl['boot']} ({_hours(b, bl['boot'])}) against {refs}: {bl['diff']:+.1%} — {state}{seen}")
+    return out
+
+
+def night_drift(b) -> str | None:
+    """The drift of the box over the night, fitted to every shape's repeated boots (each its own
+    level), as one sentence; None when too few shapes were booted twice."""
+    series: dict[str, list[Boot]] = {}
+    for a in b.arms.values():
+        m = (a.end or {}).get("measurement")
+        if m and m.get("outcome") == "measured" and a.verdict != "corrupt" and a.end.get("t") is not None:
+            key = a.start.get("identity") or str(a.start.get("shape"))
+            series.setdefault(key, []).append(Boot.of(a.n, a.end["t"] / 3600.0, m))
+    d = drift_of(list(series.values()))
+    if d is None:
+        return None
+    clear = abs(d.per_h) > 2 * d.se
+    return (f"Drift over the night: {d.per_h:+.1%}/h ± {d.se:.1%} (fitted to {d.boots} boots of {d.shapes} "
+            f"shapes booted more than once){'' if clear else ', not distinguishable from none'}; the comparisons "
+            "read each challenger against the incumbent boots around it, so a drift that is linear across a "
+            "block cancels.")
+
+
+def steady_lines(b) -> tuple[str | None, list[str]]:
+    """(a sentence on the warm-up runs left out, one line per arm whose boot never settled)."""
+    warm_runs = warm_boots = 0
+    unstable = []
+    for a in sorted(b.arms.values(), key=lambda a: a.n):
+        s = (a.end or {}).get("steady") or {}
+        n = sum((s.get("warmup") or {}).values())
+        if n:
+            warm_runs, warm_boots = warm_runs + n, warm_boots + 1
+        if s.get("unstable"):
+            runs = []
+            for d, r in (((a.end or {}).get("measurement") or {}).get("depths") or {}).items():
+                xs = [x.get("decode_tok_s") for x in r.get("runs") or [] if x.get("valid")]
+                runs.append(f"@{d}: " + " ".join(f"{x:.1f}" for x in xs if x))
+            change = f"{a.change[0]} → {values.text(a.change[1])}" if a.change else a.kind
+            unstable.append(f"arm {a.n} ({change}): {s['unstable']}; runs {'; '.join(runs)}")
+    warm = (f"Warm-up left out: {warm_runs} run(s) in {warm_boots} boot(s) read below their boot's settled "
+            "rate at its start (arms.steady), and were not compared." if warm_runs else None)
+    return warm, unstable
+
+
+def contended_runs(b) -> int:
+    """Runs the night's comparisons left out because another process held the box during them."""
+    return sum(sum(r.get("comparison", {}).get("contended") or (0, 0)) for r in b.st.comparisons)
