@@ -139,7 +139,7 @@ def test_a_campaign_on_the_real_llama_server(tmp_path, podman_host, llama_image,
             },
             "measure": {"depths": [64], "runs": 2, "warm_tokens": 16, "max_tokens": 96},
             "noise": {"recheck_every": 6, "min_effect": 0.05},
-            "budget": {"max_arms": 8},
+            "budget": {"max_arms": 24},   # a move: probe, confirm, the incumbent boot that brackets them (more on a spread box)
             "boot": {"timeout_s": 90, "hang_s": 60, "poll_s": 0.2}, "journal": str(tmp_path / "journal")}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
