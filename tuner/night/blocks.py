@@ -40,7 +40,7 @@ import statistics
 from dataclasses import dataclass
 
 from tuner.night.compare import (DRIFT_Z, MIN_EFFECT, SIGMA_FLOOR, Comparison, Drift, Side, _split_runs,
-                                 _welch_df, decide)
+                                 _welch_df, decide, estimate_drift)
 
 BRACKET = 2      # incumbent boots read on each side of a challenger's boot
 JUMP_Z = 4.0     # an incumbent that moved this many standard errors across a block jumped
@@ -139,9 +139,8 @@ def boot_spread(series: list[list[Boot]], drift: Drift | None = None) -> Spread:
     return Spread(max(0.0, var), len(kept))
 
 
-def drift_of(series: list[list[Boot]]):
-    """``compare.estimate_drift`` over boots: one slope per hour, every shape its own level."""
-    from tuner.night.compare import estimate_drift
+def drift_of(series: list[list[Boot]]) -> Drift | None:
+    """``compare.estimate_drift`` over boots: one slope per unit of the axis, every shape its own level."""
     return estimate_drift([Side(tuple(b.runs for b in s if b.runs), tuple(b.t for b in s if b.runs))
                            for s in series])
 

@@ -79,6 +79,7 @@ class CampaignLoop:
                                 metric=str(camp.search.objective))
         self.runner = ArmRunner.for_campaign(camp, host, profile)
         self.choices = ["(incumbent)"] + sorted(camp.levers)
+        self._boots: dict = {}              # (arm, end time) -> its Boot (tuner/night/blocks.py), for _compare
 
     def _set_clock_and_deadline(self, proposed: float | None) -> None:
         """A simulated host's clock continues from the journal's last time; the deadline is the
@@ -307,8 +308,9 @@ class CampaignLoop:
         next promotion look's error rate."""
         ref = st.incumbent if against is None else against
         depth = self._depth()
-        series = {k: [Boot.of(n, float(n), m, depth, hours=t) for n, t, m in b]      # the arm order: the axis
-                  for k, b in st.measured_boots().items()}
+        cache = self._boots                 # a finished boot's runs never change: split them once
+        series = {k: [cache.get((n, t)) or cache.setdefault((n, t), Boot.of(n, float(n), m, depth, hours=t))  # arm order
+                      for n, t, m in b] for k, b in st.measured_boots().items()}
         if extra:
             n = st.next_n if arm is None else arm
             series.setdefault(shape.key(), []).append(Boot.of(n, float(n), extra, depth, hours=self.host.wall() / 3600.0))
