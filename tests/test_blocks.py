@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tuner.night.blocks import Boot, boot_spread, compare_blocked, drift_of
+from tuner.night.blocks import MIN_SPREAD_PAIRS, Boot, boot_spread, compare_blocked, drift_of
 from tuner.night.compare import Side, compare
 from tuner.night.verdict import promotes
 
@@ -59,15 +59,50 @@ def test_a_linear_drift_cancels_inside_closed_blocks_and_biases_the_pooled_test(
 
 def test_an_open_block_may_read_better_but_never_promotes_until_the_incumbent_boots_after_it():
     rng = random.Random(2)
-    chal, inc = night("AABB", 0.12, 0.0, rng)
+    chal, inc = night("AAAAABB", 0.12, 0.0, rng)
     c = blocked(chal, inc, alpha=0.05)
     assert c.verdict == "better" and c.open == 2 and c.boots[0] == 2
     assert "not yet bracketed" in c.why
     assert not promotes("confirm", None, c.to_dict())
-    chal, inc = night("AABBA", 0.12, 0.0, random.Random(2))
+    chal, inc = night("AAAAABBA", 0.12, 0.0, random.Random(2))
     c2 = blocked(chal, inc, alpha=0.05)
     assert c2.open == 0 and c2.verdict == "better" and promotes("confirm", None, c2.to_dict())
-    assert c2.to_dict()["blocks"][0]["ref"] == [0, 1, 4]       # up to BRACKET boots each side, the line through them
+    assert c2.to_dict()["blocks"][0]["ref"] == [3, 4, 7]       # up to BRACKET boots each side, the line through them
+
+
+def test_nothing_reads_better_on_a_boot_spread_measured_from_a_pair_or_two():
+    """A A B B A: the spread rests on two successive pairs, which can come out near zero by
+    chance; the runs' many degrees of freedom must not then speak for it. The same boots read
+    better once the night has more pairs (another shape's boots, here)."""
+    chal, inc = night("AABBA", 0.12, 0.0, random.Random(2))
+    c = blocked(chal, inc, alpha=0.05)
+    assert c.open == 0 and c.spread_pairs < MIN_SPREAD_PAIRS and c.verdict == "undecided"
+    assert "boot pair(s)" in c.why and not promotes("confirm", None, c.to_dict())
+    rng = random.Random(9)
+    history = [boot(100 + k, k * 0.1, 40.0, rng) for k in range(MIN_SPREAD_PAIRS + 1)]
+    c2 = compare_blocked(chal, inc, spread=boot_spread([chal, inc, history]), alpha=0.05)
+    assert c2.spread_pairs >= MIN_SPREAD_PAIRS and c2.verdict == "better"
+
+
+def test_boots_measured_longer_because_they_read_close_do_not_understate_the_spread():
+    """The loop measures a boot longer while its comparison is undecided, so long-measured boots
+    are the ones whose offset came out small. Weighted by their runs' noise alone, their pairs
+    would speak for the night; weighted by the variance of a pair's square, they do not."""
+    rng = random.Random(11)
+    ests = []
+    for _ in range(200):
+        series, arm = [], 0
+        for _ in range(10):
+            boots = []
+            for _ in range(3):
+                off = rng.gauss(0, 0.02)
+                runs = 24 if abs(off) < 0.01 else 3           # read close: kept measuring
+                boots.append(Boot(arm, float(arm), {d: [math.log(30) + off + rng.gauss(0, 0.03) for _ in range(runs)]
+                                                    for d in DEPTHS}))
+                arm += 1
+            series.append(boots)
+        ests.append(boot_spread(series).var)
+    assert 0.8 * 0.02 < math.sqrt(sum(ests) / len(ests)) < 1.2 * 0.02
 
 
 def test_a_step_inside_a_block_is_called_jumped_and_cannot_promote():
@@ -115,8 +150,40 @@ def test_a_real_effect_is_still_found_on_a_drifting_box():
     rng = random.Random(8)
     found = 0
     for _ in range(30):
-        chal, inc = night("AABBAA", 0.08, 0.03, rng)
+        chal, inc = night("AAABBAA", 0.08, 0.03, rng)
         c = blocked(chal, inc, alpha=0.001)
         found += promotes("confirm", None, c.to_dict())
         assert c.drift_seen is not None and 0.0 < c.drift_seen < 0.07
     assert found >= 25
+
+
+def test_a_step_and_an_erratic_shape_do_not_pass_for_boot_spread():
+    """Six shapes booted in turn, six rounds; one of them has runs that spread 40 %. On a quiet box
+    (no spread beyond the runs) the erratic shape's pairs weigh next to nothing; with the box 5 %
+    slower from round 3 on, the pairs across the step are trimmed against a robust scale (the
+    spread reads well under half the step); a real 2 % spread is read through both."""
+    def spread(true_sigma: float, step_on: bool) -> float:
+        rng = random.Random(12)
+        ests = []
+        for _ in range(40):
+            series = [[] for _ in range(6)]
+            for k in range(6):
+                for s in range(6):
+                    arm = 6 * k + s
+                    rate = 30.0 * (0.95 if step_on and arm >= 18 else 1.0)
+                    series[s].append(boot(arm, float(arm), rate, rng, sigma=0.40 if s == 5 else 0.03, runs=3,
+                                          boot_sigma=true_sigma))
+            ests.append(boot_spread(series).var)
+        return math.sqrt(sum(ests) / len(ests))
+    assert spread(0.0, False) < 0.008
+    assert spread(0.0, True) < 0.025 / 1.8
+    assert 0.016 < spread(0.02, False) < 0.024 and 0.016 < spread(0.02, True) < 0.03
+
+
+def test_a_shape_met_again_hours_later_says_nothing_about_the_boot_spread():
+    """Two boots of one shape 30 arms apart differ by whatever the box did in between: no pair."""
+    rng = random.Random(13)
+    far = [[boot(0, 0.0, 30.0, rng), boot(30, 30.0, 27.0, rng)] for _ in range(8)]
+    assert boot_spread(far).pairs == 0
+    near = [[boot(0, 0.0, 30.0, rng), boot(3, 3.0, 30.0, rng)] for _ in range(8)]
+    assert boot_spread(near).pairs == 8

@@ -1,11 +1,13 @@
 """The one-change policy over replayed state (pure: no I/O, no clock)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from arms.shape import ABSENT, Lever, Shape
 from tuner.night.journal import Journal
-from tuner.night.search import candidates, encode_value, propose
+from tuner.night.search import BOOTS_CAP, DECIDE_Z, candidates, encode_value, propose
 from tuner.night.state import replay
 
 IMG = "localhost/x@sha256:" + "b" * 64
@@ -138,18 +140,18 @@ def test_an_undecided_challenger_gets_another_boot_and_a_decided_night_is_spent_
         _cmp(j, n, ch, v, e, lo, hi)
     p = propose(j.state(), LEVERS, recheck_every=0)
     assert p.kind == "probe" and p.change == ("max-num-seqs", 3) and "undecided" in p.why     # another boot
-    for boots in (2, 3):
+    for boots in range(2, BOOTS_CAP + 1):
         n, _ = j.arm("probe", ("max-num-seqs", 3), verdict="undecided", obj=28.1, delta=0.004)
         _cmp(j, n, ("max-num-seqs", 3), "undecided", 0.004, -0.01, 0.015, boots=boots)
     p = propose(j.state(), LEVERS, recheck_every=0)          # every one decided or at its cap: re-examine
-    # seqs 2 (parity, 1 boot) can still prove more than seqs 3 (undecided, at its 3 boots)
+    # seqs 2 (parity, 1 boot) can still prove more than seqs 3 (undecided, at its boot cap)
     assert p.kind == "probe" and p.change == ("max-num-seqs", 2) and p.why.startswith("re-examine")
     n, _ = j.arm("probe", ("max-num-seqs", 2), verdict="parity", obj=28.0, delta=0.0)
     _cmp(j, n, ("max-num-seqs", 2), "parity", 0.0, -0.005, -0.001, boots=2)
     p = propose(j.state(), LEVERS, recheck_every=0)
     assert p.kind == "probe" and p.change == ("max-num-seqs", 3) and p.why.startswith("re-examine")
     n, _ = j.arm("probe", ("max-num-seqs", 3), verdict="parity", obj=28.0, delta=0.0)
-    _cmp(j, n, ("max-num-seqs", 3), "parity", 0.0, -0.005, -0.001, boots=4)
+    _cmp(j, n, ("max-num-seqs", 3), "parity", 0.0, -0.005, -0.001, boots=BOOTS_CAP + 1)
     p = propose(j.state(), LEVERS, recheck_every=0)
     assert p.kind == "start"                                                      # the closing head-to-head
 
@@ -172,13 +174,14 @@ def test_the_incumbents_telemetry_points_at_prefetch_when_its_precision_is_low(t
 def test_a_change_too_noisy_to_ever_decide_waits_behind_every_other_candidate():
     """A lever whose runs spread 40 %: at the last incumbent it read +2 % ± 10 % on three boots.
     Its effect is the most uncertain, so plain expected gain would try it first at every new
-    incumbent; but at its boot cap it could only show an effect above ~+35 %, so it is worth
+    incumbent; but at its boot cap it could only show an effect above ~+27 %, so it is worth
     less than an untried change and a change that read +1.5 % ± 1 %."""
     from tuner.night.search import expected_gain, provable
 
     noisy = {"effect": 0.02, "se": 0.10, "boots": [3, 2], "hi": 0.2}
     quiet = {"effect": 0.015, "se": 0.01, "boots": [3, 2], "hi": 0.03}
-    assert provable(noisy) == pytest.approx(0.35) and provable(quiet) == pytest.approx(0.035)
+    shrink = math.sqrt(3 / BOOTS_CAP)           # three boots so far, the standard error shrunk to the cap
+    assert provable(noisy) == pytest.approx(DECIDE_Z * 0.10 * shrink) and provable(quiet) == pytest.approx(DECIDE_Z * 0.01 * shrink)
     assert expected_gain(0.02, 0.10) > expected_gain(0.0, 0.05) > expected_gain(0.015, 0.022)   # the old order
     assert expected_gain(0.02, 0.10, provable(noisy)) < expected_gain(0.015, 0.022, provable(quiet)) \
         < expected_gain(0.0, 0.05)
@@ -202,3 +205,33 @@ def test_the_policy_tries_an_untried_change_before_a_noisy_one_carried_over(tmp_
     j.arm("recheck", verdict="recheck", obj=28.0)
     p = propose(j.state(), levers, recheck_every=0)
     assert p.kind == "probe" and p.change == ("max-num-seqs", 2), p        # untried, before the noisy carry-over
+
+
+def _open(j, n, change, verdict, effect, se, boots, open_):
+    j.j.append("compare", arm=n, incumbent=j.inc.key(), change=[change[0], encode_value(change[1])], look=n,
+               comparison={"verdict": verdict, "effect": effect, "lo": -0.05, "hi": effect + 0.05, "se": se,
+                           "boots": [boots, 2], "runs": [9 * boots, 18], "alpha": 1e-5, "sigma": [0.03, 0.03],
+                           "open": open_, "blocks": [{"boot": n, "closed": False}]})
+
+
+def test_an_undecided_challenger_reading_well_above_zero_gets_its_bracket_and_an_erratic_one_does_not(tmp_path):
+    """Early in a night the boot spread rests on a pair or two, so a +10 % reading on two open
+    boots stays undecided: the incumbent is booted to close its blocks all the same. A lever whose
+    boots spread so much that it could not prove +10 % at its boot cap is not bracketed."""
+    ch = ("env.R4D_LRU_GATHER_CHUNKS", 32)
+    j = J(tmp_path)
+    j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("recheck", verdict="recheck", obj=26.1)
+    for boots in (1, 2):
+        n, _ = j.arm("probe", ch, verdict="undecided", obj=28.6, delta=0.1)
+        _open(j, n, ch, "undecided", 0.10, 0.015, boots, boots)
+    p = propose(j.state(), LEVERS, recheck_every=0)
+    assert p.kind == "recheck" and p.why.startswith(f"bracket arm {n}")
+    j2 = J(tmp_path / "b")
+    j2.arm("baseline", verdict="baseline", obj=26.0)
+    j2.arm("recheck", verdict="recheck", obj=26.1)
+    for boots in (1, 2, 3):
+        n, _ = j2.arm("probe", ch, verdict="undecided", obj=28.6, delta=0.1)
+        _open(j2, n, ch, "undecided", 0.10, 0.04, boots, boots)      # 2.4 se, but it could prove only ~+11 %
+    p = propose(j2.state(), LEVERS, recheck_every=0)
+    assert not (p.kind == "recheck" and p.why.startswith("bracket"))

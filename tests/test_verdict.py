@@ -124,3 +124,18 @@ PROMOTES = [
 @pytest.mark.parametrize("kind, end, comparison, moves", PROMOTES)
 def test_the_promotion_rule(kind, end, comparison, moves):
     assert promotes(kind, end, comparison) is moves
+
+
+def test_a_band_reading_cannot_promote_when_the_comparison_had_no_runs_to_read():
+    """Every run of a confirming boot contended (another process held the box): the comparison
+    leaves them all out and cannot be made; the arm runner's noise band said better over those
+    same runs. The settled verdict is undecided, and it does not promote."""
+    from tuner.night.verdict import settle
+
+    band = {"verdict": "better", "delta": 0.12, "reason": "above the noise band"}
+    rec = settle(band, None, required=True)
+    assert rec["verdict"] == "undecided" and "cannot promote" in rec["reason"]
+    assert not promotes("confirm", rec, None)
+    assert settle(band, None) == band                      # an objective the comparison does not read: the band decides
+    worse = {"verdict": "worse", "delta": -0.2}
+    assert settle(worse, None, required=True) == worse     # a drop costs a missed gain, never a false move

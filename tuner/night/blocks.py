@@ -26,8 +26,10 @@ comparison's depths), so its variance is exact for independent boots, shared inc
 included (A B1 A B2 A: the middle A serves both challengers): sum of c_b^2 (sigma_boot^2 +
 the boot's own run variance). sigma_boot^2, the boot-to-boot variance beyond the runs' noise,
 is pooled over the night from successive differences of every other shape's boots in time order
-(robust to a slow drift; their median, robust to one erratic shape or one step), corrected for
-the runs' own noise. The challenger's own boot-to-boot spread enters as a floor when it is
+(robust to a slow drift; trimmed against a robust scale, robust to one erratic shape or one
+step), corrected for the runs' own noise (``boot_spread``). Until it rests on
+``MIN_SPREAD_PAIRS`` pairs nothing reads better: a variance from a pair or two can come out near
+zero by chance, and Welch-Satterthwaite then lets the runs' many degrees of freedom speak for it. The challenger's own boot-to-boot spread enters as a floor when it is
 clearly larger: with two blocks or more whose differences spread more than ``OWN_SPREAD_F``
 times what the night's spread predicts, the standard error is at least theirs (a lever that makes
 boots erratic). Taking the larger of two estimates every time would inflate every interval by
@@ -44,6 +46,10 @@ from tuner.night.compare import (DRIFT_Z, MIN_EFFECT, SIGMA_FLOOR, Comparison, D
 
 BRACKET = 2      # incumbent boots read on each side of a challenger's boot
 JUMP_Z = 4.0     # an incumbent that moved this many standard errors across a block jumped
+PAIR_GAP = 8     # boots of one shape further apart than this (on the axis) say more about the box than the boot
+TRIM_Z = 3.0     # a successive difference beyond this many robust sigmas is a jump, not spread
+TRIM_KEEP = 1 - 2 * 3.0 * 0.0044318484 / 0.9973002039   # E[z^2 | |z| < 3]: what the trim takes from a normal
+MIN_SPREAD_PAIRS = 5  # successive boot pairs the night's boot spread must rest on before anything reads better
 OWN_SPREAD_F = 6.6   # the challenger's block differences spread this many times what the night predicts
                      # (the F quantile at 0.99 for one degree of freedom): its own boots are erratic
 
@@ -107,14 +113,16 @@ CHI2_1_MEDIAN = 0.45494    # the median of a chi-square with one degree of freed
 
 
 def boot_spread(series: list[list[Boot]], drift: Drift | None = None) -> Spread:
-    """sigma_boot^2 from successive differences of each shape's boots in arm order: E[(y2 - y1)^2]
+    """sigma_boot^2 from successive differences of each shape's boots in arm order, no more than
+    ``PAIR_GAP`` apart: E[(y2 - y1)^2]
     = 2 sigma_boot^2 + the two means' run variances (+ the drift over the gap, taken out when it is
-    clearly there). Differences beyond ``JUMP_Z`` times a robust scale (the squares' median) are
+    clearly there). Differences beyond ``TRIM_Z`` times a robust scale (``_robust_spread``) are
     left out first (a step, another tenant's arrival, is one huge difference: it must not make
     every boot look noisy; it is a jump of its own, ``compare_blocked``); the rest are averaged (the
     mean square successive difference: far more efficient than a median), each pair weighted by
-    the inverse square of its runs' noise (a shape whose runs spread 40 % says next to nothing
-    about boots), clipped at 0: a night whose boots agree to their runs' noise has none."""
+    the inverse variance of its square, (2 sigma_boot^2 + its runs' noise)^-2 (a shape whose runs
+    spread 40 % says next to nothing about boots; weighting by the runs' noise alone would let
+    long-measured boots, the ones whose comparison stayed close, speak for the rest), clipped at 0: a night whose boots agree to their runs' noise has none."""
     sq, noise = [], []
     for boots in series:
         boots = sorted((b for b in boots if b.runs), key=lambda b: b.arm)
@@ -123,8 +131,8 @@ def boot_spread(series: list[list[Boot]], drift: Drift | None = None) -> Spread:
         s2, _ = run_var(boots)
         for a, b in zip(boots, boots[1:]):
             depths = sorted(set(a.runs) & set(b.runs))
-            if not depths:
-                continue
+            if not depths or b.t - a.t > PAIR_GAP:
+                continue                 # a shape met again hours later: its difference holds the night's steps
             delta = b.mean(depths) - a.mean(depths)
             if _clear(drift):
                 delta -= drift.per_h * (b.t - a.t)
@@ -132,11 +140,32 @@ def boot_spread(series: list[list[Boot]], drift: Drift | None = None) -> Spread:
             noise.append(a.mean_var(depths, s2) + b.mean_var(depths, s2))
     if not sq:
         return Spread(0.0, 0)
-    rough = max(statistics.median(sq) / CHI2_1_MEDIAN, statistics.fmean(noise))   # a robust scale first
-    kept = [(q, v) for q, v in zip(sq, noise) if q <= JUMP_Z ** 2 * rough]         # ... then the jumps out
-    w = [1 / (v * v) for _, v in kept]          # a pair's weight: its runs' noise (an erratic shape's pairs say little)
+    rough = _robust_spread(sq, noise)                  # a robust scale first, each pair its own noise ...
+    kept = [(q / TRIM_KEEP, v) for q, v in zip(sq, noise)
+            if q <= TRIM_Z ** 2 * (2 * rough + v)]     # ... then the jumps out (the trim's own bias put back)
+    # a pair's weight: the inverse variance of its square, ~ (2 sigma_boot^2 + its runs' noise)^-2 at the
+    # robust sigma_boot (an erratic shape's pairs say little; a pair of long-measured boots no more than
+    # its boots allow)
+    w = [1 / (2 * rough + v) ** 2 if 2 * rough + v > 0 else 0.0 for _, v in kept]
+    if not sum(w):
+        return Spread(0.0, len(kept))
     var = sum(wi * (q - v) for wi, (q, v) in zip(w, kept)) / sum(w) / 2
     return Spread(max(0.0, var), len(kept))
+
+
+def _robust_spread(sq: list[float], noise: list[float]) -> float:
+    """The sigma_boot^2 at which the pairs' standardised squares q / (2 sigma_boot^2 + v) have the
+    median of a chi-square with one degree of freedom (0 when they fall below it at 0 already): a
+    scale no step and no erratic shape moves (a shape whose runs spread 40 % has a v of its own)."""
+    def med(s: float) -> float:
+        return statistics.median(q / (2 * s + v) if 2 * s + v > 0 else math.inf for q, v in zip(sq, noise))
+    if med(0.0) <= CHI2_1_MEDIAN:
+        return 0.0
+    lo, hi = 0.0, max(sq)
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if med(mid) > CHI2_1_MEDIAN else (lo, mid)
+    return hi
 
 
 def drift_of(series: list[list[Boot]]) -> Drift | None:
@@ -238,7 +267,14 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
             if se_b > se:
                 se, boot_level = se_b, True
     eff, lo, hi, verdict, why = decide(log_eff, se, df, alpha=alpha, drop_alpha=drop_alpha, min_effect=min_effect)
-    if verdict == "better" and open_n:
+    if verdict == "better" and spread.pairs < MIN_SPREAD_PAIRS:
+        # a spread from a pair or two can come out near zero by chance, and then the runs' many
+        # degrees of freedom speak for a variance that was never measured (Welch-Satterthwaite is
+        # anti-conservative exactly there): nothing reads better until the boots have shown it
+        verdict = "undecided"
+        why += (f"; the boot-to-boot spread rests on {spread.pairs} boot pair(s) (at least {MIN_SPREAD_PAIRS} "
+                "before a promotion)")
+    elif verdict == "better" and open_n:
         why += f"; {open_n} of {J} boot(s) not yet bracketed by the incumbent: no promotion until they are"
     elif verdict == "undecided" and any(bl.get("jumped") for bl in blocks):
         why += "; the incumbent jumped across a block (a step or a drift that reversed): it cancels nothing"

@@ -19,8 +19,6 @@ from arms.profiles import EngineProfile
 from arms.verdict import untrusted
 
 from tuner.night.arm_runner import ArmRunner, log_verdict
-from tuner.night.blocks import Boot, boot_spread, compare_blocked, drift_of
-from tuner.night.compare import look_alpha
 from tuner.night.readback import start_of
 from tuner.night.ending import (NoResult, continue_night, deadline_from, final_end, judged_start,  # noqa: F401
                                  no_result)
@@ -29,6 +27,7 @@ from tuner.night.sampler import tell as sampler_tell
 from arms import values
 from tuner.night.guard import Guard
 from tuner.night.journal import Journal, refuse_orphaned
+from tuner.night.judging import EXTEND_CAP, Judging  # noqa: F401 - EXTEND_CAP: the loop's name too
 from tuner.night.search import Proposal, apply, propose
 from tuner.night.state import Replay, State
 from tuner.night.study import open_study, sync_study
@@ -36,7 +35,6 @@ from tuner.night.verdict import Score, needs_comparison, promotes, settle
 
 log = logging.getLogger("tuner.loop")
 WARM_BUDGET_S = 900.0  # a new night reads its model's files once, for at most this long (host/pagecache.py)
-EXTEND_CAP = 4        # a challenger's boot measures at most this many times the plan's runs
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -55,7 +53,7 @@ class Summary:
     no_result: NoResult | None = None   # the night learned nothing (tuner/night/ending.py): why, and the evidence
 
 
-class CampaignLoop:
+class CampaignLoop(Judging):
     """``deadline``: the host-clock deadline a *new* night gets (``deadline_from``); a night that
     started before keeps the one it journaled (``self.deadline`` is the night's, on the host
     clock). ``simulated``: journaled in campaign_start (default: whether ``host`` says it is)."""
@@ -159,16 +157,6 @@ class CampaignLoop:
             if a.end is not None and a.trial is not None and (not a.told or a.trial in running):   # a torn tell
                 self._tell(a.trial, a.end)
                 self.journal.append("told", arm=a.n, trial=a.trial)
-
-    @staticmethod
-    def _awaits_bracket(st: State, a) -> bool:
-        """Arm ``a``'s latest comparison reads better but waits for incumbent boots around its
-        boots (tuner/night/blocks.py): its trial stays RUNNING until ``_bracket`` decides it, so the
-        study's value is the one the move (or its absence) gives."""
-        if a.end is None or not a.change or a.incumbent != st.incumbent_key:
-            return False
-        c = st.latest_comparisons().get((a.incumbent, a.change[0], values.text(a.change[1])))
-        return c is not None and c.get("arm") == a.n and bool(c.get("open")) and c.get("verdict") == "better"
 
     def _tell_waiting(self, st: State, current: int | None) -> None:
         """Tell the trials of arms that waited for a bracket and no longer do (decided, or the
@@ -287,90 +275,6 @@ class CampaignLoop:
         return Summary(reason, len(st.arms), st.incumbent.key(), st.incumbent_value,
                        len(st.moves), verdict, nr)
 
-    # -- sequential comparisons (tuner/night/compare.py) -------------------------------------------
-    @property
-    def error_rate(self) -> float:
-        return self.camp.search.error_rate
-
-    def _planned_looks(self) -> int:
-        return 3 * sum(max(1, len(lv.values) - 1) for lv in self.camp.levers.values())
-
-    def _depth(self) -> int | None:
-        obj = self.camp.search.objective
-        return obj.depth if obj.kind == "decode" else None
-
-    def _comparable(self) -> bool:
-        return self.camp.search.objective.kind in ("decode", "decode_geomean")
-
-    def _compare(self, st: State, shape, extra: dict | None, against=None, arm: int | None = None):
-        """The comparison of ``shape`` (its boots so far, plus ``extra``: the boot measuring now)
-        against the incumbent (or ``against``), blocked in time (tuner/night/blocks.py), at the
-        next promotion look's error rate."""
-        ref = st.incumbent if against is None else against
-        depth = self._depth()
-        cache = self._boots                 # a finished boot's runs never change: split them once
-        series = {k: [cache.get((n, t)) or cache.setdefault((n, t), Boot.of(n, float(n), m, depth, hours=t))  # arm order
-                      for n, t, m in b] for k, b in st.measured_boots().items()}
-        if extra:
-            n = st.next_n if arm is None else arm
-            series.setdefault(shape.key(), []).append(Boot.of(n, float(n), extra, depth, hours=self.host.wall() / 3600.0))
-        drift = drift_of(list(series.values()))
-        spread = boot_spread([b for key, b in series.items() if key != shape.key()], drift)   # its own: the floor
-        k = st.looks + 1
-        return compare_blocked(series.get(shape.key(), []), series.get(ref.key(), []), spread=spread,
-                               alpha=look_alpha(self.error_rate, k, self._planned_looks(), EXTEND_CAP),
-                               min_effect=self.camp.search.min_effect, drift=drift), k
-
-    def _bracket(self, st: State, n: int | None) -> State:
-        """Re-judge the challengers at this incumbent whose ``better`` waited for incumbent boots
-        around theirs (an open block, tuner/night/blocks.py): once a later incumbent boot closes one,
-        the comparison is journaled again (``kind: bracketed``, ``closed_by`` the arm that did) and
-        promotes when it still says better. Idempotent: resume calls it too."""
-        if not self._comparable():
-            return st
-        for (inc, name, vt), c in st.latest_comparisons().items():
-            if inc != st.incumbent.key() or not c.get("open") or c.get("verdict") != "better":
-                continue
-            arm = st.arms.get(c.get("arm"))
-            if arm is None or arm.change is None or (arm.end or {}).get("verdict") is None:
-                continue
-            new, look = self._compare(st, arm.shape, None)
-            if new is None or new.open >= c["open"]:
-                continue
-            self.journal.append("compare", arm=arm.n, incumbent=st.incumbent.key(), look=look, kind="bracketed",
-                                closed_by=n, change=[arm.change[0], values.encode(arm.change[1])],
-                                comparison=new.to_dict())
-            log.info("[arm %s BRACKETED] %s -> %s: %s %s (%d open block(s) left)", arm.n, arm.change[0],
-                     values.text(arm.change[1]), new.verdict, new.interval_text(), new.open)
-            st = self._replay()
-            if promotes(arm.kind, None, new.to_dict()):
-                self._promote(st, arm.n, new.to_dict())
-                if n is not None:
-                    crashpoint("incumbent", n)
-                st = self._replay()
-                break
-        self._tell_waiting(st, n)
-        return self._replay()
-
-    def _extender(self, st: State, p: Proposal, shape, n: int):
-        """How many more runs per depth this boot measures: the incumbent and the starting shape
-        to twice the plan's runs; a challenger while its comparison is undecided, up to
-        ``EXTEND_CAP`` x (each of those tests is charged: ``look_alpha``'s peeks)."""
-        runs = self.camp.measure.runs
-        if p.kind == "joint" or not self._comparable():
-            return None
-
-        def more(m: dict) -> int:
-            depths = [d for d in (m.get("depths") or {}).values() if d.get("runs")]
-            have = min((len(d["runs"]) for d in depths), default=0)
-            if p.kind in ("baseline", "recheck", "start"):
-                return runs if have < 2 * runs else 0
-            if have >= EXTEND_CAP * runs or st.incumbent_arm is None:
-                return 0
-            c, _ = self._compare(st, shape, m, arm=n)
-            return runs if c is not None and c.verdict == "undecided" else 0
-        return more
-
     def _undecided(self, st: State) -> list[str]:
         """The challengers of the final incumbent whose latest comparison is undecided."""
         cmp = {}
@@ -448,9 +352,10 @@ class CampaignLoop:
             self.journal.append("campaign_end", reason="interrupted by a signal", arms=n + 1)
             raise
         cmp = look = None
-        if needs_comparison(p.kind, p.change, rec, self._comparable()):
+        needed = needs_comparison(p.kind, p.change, rec, self._comparable())
+        if needed:
             cmp, look = self._compare(st, shape, rec.get("measurement"), arm=n)
-        rec = settle(rec, cmp)                 # the arm's final verdict: one place (tuner.night.verdict)
+        rec = settle(rec, cmp, required=needed)     # the arm's final verdict: one place (tuner.night.verdict)
         self.journal.append("arm_end", **{k: v for k, v in rec.items() if k != "arm"}, arm=n)
         log_verdict(n, rec, p.change)          # once, after the comparison (its interval in the line)
         if cmp is not None:

@@ -2,7 +2,9 @@
 
 One-change mode walks the incumbent's neighbourhood. Before anything else: measure the start
 (twice: the second boot is the first boot-to-boot evidence), give a challenger the comparison
-called ``better`` on one boot its second boot, and re-measure the incumbent every K arms. Then
+called ``better`` on one boot its second boot, boot the incumbent after a challenger that reads
+better on two boots with no incumbent boot after them yet (``_pending_bracket``: it closes their
+blocks, tuner/night/blocks.py), and re-measure the incumbent every K arms. Then
 the next challenger is the one-change neighbour of highest *expected gain*, E[max(0, X)] for
 X ~ N(mu, sigma^2), where mu and sigma come from
   - the sequential comparison at this incumbent, when it is still undecided (another boot);
@@ -37,10 +39,11 @@ from tuner.night.state import MEMORY, STRUCTURAL, State
 from tuner.night.verdict import by_constraint
 
 _N = NormalDist()
-BOOTS_CAP = 3            # boots of one challenger at one incumbent before it is called undecided
-REEXAMINE_CAP = 5        # ... while the night re-examines weak evidence
+BOOTS_CAP = 5            # boots of one challenger at one incumbent before it is called undecided
+REEXAMINE_CAP = 7        # ... while the night re-examines weak evidence
 HEAD_TO_HEAD = 3         # boots of the starting shape in the closing head-to-head
 DECIDE_Z = 3.5           # standard errors a promotion needs, about (the night's looks run at 1e-4 and below)
+PROMISING_Z = 2.0        # an undecided challenger reading this many standard errors better is worth a bracket
 PRIOR_SIGMA = 0.05       # an untried change: mean 0, this sigma
 RETRY_SIGMA = 0.03       # a change that failed for memory, retried once the plan moved: less likely to pay
 CARRY_SIGMA = 0.02       # added (in quadrature) to a carried estimate: the effect may interact
@@ -219,16 +222,29 @@ def _pending_confirm(state: State, done) -> Proposal | None:
     return None
 
 
+def promising(c: dict) -> bool:
+    """A comparison worth closing: called ``better``, or undecided but reading better by more than
+    ``PROMISING_Z`` standard errors (an open block's interval is wide on purpose, and early in the
+    night the boot spread rests on a pair or two: its t quantile keeps a +10 % reading undecided
+    until an incumbent boot brackets it), and by more than it could ever show at its boot cap
+    (``provable``: a lever whose runs spread 40 % reads +10 % on many boots and proves nothing)."""
+    if c.get("verdict") == Verdict.BETTER:
+        return True
+    eff, se = c.get("effect"), c.get("se")
+    return c.get("verdict") == Verdict.UNDECIDED and eff is not None and se is not None and eff > 0 \
+        and math.log1p(eff) > PROMISING_Z * se and eff > provable(c)
+
+
 def _pending_bracket(state: State) -> Proposal | None:
-    """A recheck when a challenger at this incumbent reads ``better`` on two boots or more but some
-    of its boots have no incumbent boot after them yet (an open block, tuner/night/blocks.py): the
-    incumbent's next boot closes them (A B B A) and the loop judges the challenger again
-    (``CampaignLoop._bracket``). Asked once per challenger boot: a recheck that already ran after
-    it (and could not close the block: it failed to boot) is not repeated."""
+    """A recheck when a challenger at this incumbent reads better (``promising``) on two boots or
+    more but some of its boots have no incumbent boot after them yet (an open block,
+    tuner/night/blocks.py): the incumbent's next boot closes them (A B B A) and the loop judges the
+    challenger again (``CampaignLoop._bracket``). Asked once per challenger boot: a recheck that
+    already ran after it (and could not close the block: it failed to boot) is not repeated."""
     inc = state.incumbent.key()
     last_recheck = max((a.n for a in state.finished() if a.kind == "recheck" and a.key == inc), default=-1)
     for (k, _, _), c in state.latest_comparisons().items():
-        if k == inc and c.get("open") and c.get("verdict") == Verdict.BETTER and (c.get("boots") or [0])[0] >= 2 \
+        if k == inc and c.get("open") and promising(c) and (c.get("boots") or [0])[0] >= 2 \
                 and (c.get("arm") or -1) > last_recheck:
             return Proposal("recheck", why=f"bracket arm {c.get('arm')}: it reads better, but {c['open']} of its "
                                            "boots have no incumbent boot after them yet")

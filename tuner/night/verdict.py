@@ -246,12 +246,19 @@ def needs_comparison(kind: str, change, rec: dict, comparable: bool) -> bool:
         and rec.get("verdict") in COMPARED and "pruned" not in str(rec.get("reason", ""))
 
 
-def settle(rec: dict, comparison) -> dict:
+def settle(rec: dict, comparison, required: bool = False) -> dict:
     """The arm's final verdict, decided here and nowhere else: the arm runner's judgement (boot,
     quality guard, constraints, the noise band) stands, unless the sequential comparison against
     the incumbent (tuner.night.compare.Comparison) decided the arm — then its verdict, effect,
-    interval and record."""
+    interval and record. ``required``: the arm needed a comparison (``needs_comparison``) but none
+    could be made — every run contended, disturbed or unsettled, or no depth in common —: a
+    ``better`` from the noise band alone is then ``undecided`` (a band over runs the comparison
+    left out cannot promote anything)."""
     if comparison is None:
+        if required and rec.get("verdict") == Verdict.BETTER:
+            return {**rec, "verdict": Verdict.UNDECIDED,
+                    "reason": "no runs left to compare with the incumbent (contended, disturbed or unsettled): "
+                              "a noise-band reading cannot promote"}
         return rec
     return {**rec, "verdict": comparison.verdict, "delta": comparison.effect, "compare": comparison.to_dict(),
             "threshold": comparison.effect - comparison.lo}

@@ -1,0 +1,127 @@
+"""The night's judging: each challenger's comparison blocked in time against the incumbent
+(tuner/night/blocks.py), at the next promotion look's error rate (tuner/night/compare.py), how
+long a boot measures while its comparison is undecided, and the re-judging of challengers whose
+better reading waited for incumbent boots around theirs. A part of ``CampaignLoop`` (its journal,
+campaign, host, the state it replays, and its promotion), kept apart so the loop reads as the
+night's order of events."""
+from __future__ import annotations
+
+import logging
+
+from arms import values
+from arms.lifecycle import crashpoint
+from tuner.night.blocks import Boot, boot_spread, compare_blocked, drift_of
+from tuner.night.compare import look_alpha
+from tuner.night.search import Proposal, promising
+from tuner.night.state import State
+from tuner.night.verdict import promotes
+
+log = logging.getLogger("tuner.loop")
+EXTEND_CAP = 4        # a challenger's boot measures at most this many times the plan's runs
+
+
+class Judging:
+    """The comparison half of ``CampaignLoop`` (a mixin: it uses the loop's ``journal``, ``camp``,
+    ``host``, ``_boots``, ``_replay``, ``_promote`` and ``_tell_waiting``)."""
+
+    @staticmethod
+    def _awaits_bracket(st: State, a) -> bool:
+        """Arm ``a``'s latest comparison reads better (``search.promising``) but waits for incumbent boots around its
+        boots (tuner/night/blocks.py): its trial stays RUNNING until ``_bracket`` decides it, so the
+        study's value is the one the move (or its absence) gives."""
+        if a.end is None or not a.change or a.incumbent != st.incumbent_key:
+            return False
+        c = st.latest_comparisons().get((a.incumbent, a.change[0], values.text(a.change[1])))
+        return c is not None and c.get("arm") == a.n and bool(c.get("open")) and promising(c)
+
+    @property
+    def error_rate(self) -> float:
+        return self.camp.search.error_rate
+
+    def _planned_looks(self) -> int:
+        return 3 * sum(max(1, len(lv.values) - 1) for lv in self.camp.levers.values())
+
+    def _depth(self) -> int | None:
+        obj = self.camp.search.objective
+        return obj.depth if obj.kind == "decode" else None
+
+    def _comparable(self) -> bool:
+        return self.camp.search.objective.kind in ("decode", "decode_geomean")
+
+    def _compare(self, st: State, shape, extra: dict | None, against=None, arm: int | None = None):
+        """The comparison of ``shape`` (its boots so far, plus ``extra``: the boot measuring now)
+        against the incumbent (or ``against``), blocked in time (tuner/night/blocks.py), at the
+        next promotion look's error rate."""
+        ref = st.incumbent if against is None else against
+        depth = self._depth()
+        cache = self._boots                 # a finished boot's runs never change: split them once
+        series = {k: [cache.get((n, t)) or cache.setdefault((n, t), Boot.of(n, float(n), m, depth, hours=t))  # arm order
+                      for n, t, m in b] for k, b in st.measured_boots().items()}
+        if extra:
+            n = st.next_n if arm is None else arm
+            series.setdefault(shape.key(), []).append(Boot.of(n, float(n), extra, depth, hours=self.host.wall() / 3600.0))
+        drift = drift_of(list(series.values()))
+        spread = boot_spread([b for key, b in series.items() if key != shape.key()], drift)   # its own: the floor
+        k = st.looks + 1
+        return compare_blocked(series.get(shape.key(), []), series.get(ref.key(), []), spread=spread,
+                               alpha=look_alpha(self.error_rate, k, self._planned_looks(), EXTEND_CAP),
+                               min_effect=self.camp.search.min_effect, drift=drift), k
+
+    def _bracket(self, st: State, n: int | None) -> State:
+        """Re-judge the challengers at this incumbent whose better reading (``search.promising``) waited for incumbent boots
+        around theirs (an open block, tuner/night/blocks.py): once a later incumbent boot closes one,
+        the comparison is journaled again (``kind: bracketed``, ``closed_by`` the arm that did) and
+        promotes when it still says better. Idempotent: resume calls it too."""
+        if not self._comparable():
+            return st
+        for (inc, name, vt), c in st.latest_comparisons().items():
+            if inc != st.incumbent.key() or not c.get("open") or not promising(c):
+                continue
+            arm = st.arms.get(c.get("arm"))
+            if arm is None or arm.change is None or (arm.end or {}).get("verdict") is None:
+                continue
+            new, look = self._compare(st, arm.shape, None)
+            if new is None or new.open >= c["open"]:
+                continue
+            self.journal.append("compare", arm=arm.n, incumbent=st.incumbent.key(), look=look, kind="bracketed",
+                                closed_by=n, change=[arm.change[0], values.encode(arm.change[1])],
+                                comparison=new.to_dict())
+            log.info("[arm %s BRACKETED] %s -> %s: %s %s (%d open block(s) left)", arm.n, arm.change[0],
+                     values.text(arm.change[1]), new.verdict, new.interval_text(), new.open)
+            st = self._replay()
+            if promotes(arm.kind, None, new.to_dict()):
+                self._promote(st, arm.n, new.to_dict())
+                if n is not None:
+                    crashpoint("incumbent", n)
+                st = self._replay()
+                break
+        self._tell_waiting(st, n)
+        return self._replay()
+
+    def _extender(self, st: State, p: Proposal, shape, n: int):
+        """How many more runs per depth this boot measures: the incumbent and the starting shape
+        to twice the plan's runs; a challenger while its comparison is undecided, up to
+        ``EXTEND_CAP`` x, and only while its runs' noise is still the larger part of a boot's
+        variance: where boots spread more than the boot's mean can still move, more runs buy
+        nothing (another boot does), and a boot kept measuring because it read close to its
+        reference would make the pairs of such boots understate the spread. Each of those tests
+        is charged (``look_alpha``'s peeks): a test that cannot promote (its block is open) still
+        chooses what the night measures next, and a later look reuses its boots."""
+        runs = self.camp.measure.runs
+        if p.kind == "joint" or not self._comparable():
+            return None
+
+        def more(m: dict) -> int:
+            depths = [d for d in (m.get("depths") or {}).values() if d.get("runs")]
+            have = min((len(d["runs"]) for d in depths), default=0)
+            if p.kind in ("baseline", "recheck", "start"):
+                return runs if have < 2 * runs else 0
+            if have >= EXTEND_CAP * runs or st.incumbent_arm is None:
+                return 0
+            c, _ = self._compare(st, shape, m, arm=n)
+            if c is None or c.verdict != "undecided":
+                return 0
+            if c.boot_sigma and c.sigma[0] and c.boot_sigma ** 2 > c.sigma[0] ** 2 / (have * max(1, len(depths))):
+                return 0                     # the boots, not the runs, hold the variance
+            return runs
+        return more
