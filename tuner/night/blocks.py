@@ -28,8 +28,10 @@ the boot's own run variance). sigma_boot^2, the boot-to-boot variance beyond the
 is pooled over the night from successive differences of every other shape's boots in time order
 (robust to a slow drift; trimmed against a robust scale, robust to one erratic shape or one
 step), corrected for the runs' own noise (``boot_spread``). Until it rests on
-``MIN_SPREAD_PAIRS`` pairs nothing reads better: a variance from a pair or two can come out near
-zero by chance, and Welch-Satterthwaite then lets the runs' many degrees of freedom speak for it. The challenger's own boot-to-boot spread enters as a floor when it is
+``MIN_SPREAD_PAIRS`` pairs it is taken at its one-sided upper confidence bound (``SPREAD_LEVEL``),
+as if known: a variance from a pair or two can come out near zero by chance, and Welch-Satterthwaite
+then lets the runs' many degrees of freedom speak for it (a night of a few arms can still promote a
+large effect; a small one waits for the boots to show the spread). The challenger's own boot-to-boot spread enters as a floor when it is
 clearly larger: with two blocks or more whose differences spread more than ``OWN_SPREAD_F``
 times what the night's spread predicts, the standard error is at least theirs (a lever that makes
 boots erratic). Taking the larger of two estimates every time would inflate every interval by
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from statistics import NormalDist
 from dataclasses import dataclass
 
 from tuner.night.compare import (DRIFT_Z, MIN_EFFECT, SIGMA_FLOOR, Comparison, Drift, Side, _split_runs,
@@ -49,7 +52,8 @@ JUMP_Z = 4.0     # an incumbent that moved this many standard errors across a bl
 PAIR_GAP = 8     # boots of one shape further apart than this (on the axis) say more about the box than the boot
 TRIM_Z = 3.0     # a successive difference beyond this many robust sigmas is a jump, not spread
 TRIM_KEEP = 1 - 2 * 3.0 * 0.0044318484 / 0.9973002039   # E[z^2 | |z| < 3]: what the trim takes from a normal
-MIN_SPREAD_PAIRS = 5  # successive boot pairs the night's boot spread must rest on before anything reads better
+MIN_SPREAD_PAIRS = 5  # below this many successive boot pairs the night's spread is taken at its upper bound ...
+SPREAD_LEVEL = 0.1    # ... the one-sided 90 % bound of a chi-square with that many degrees of freedom
 OWN_SPREAD_F = 6.6   # the challenger's block differences spread this many times what the night predicts
                      # (the F quantile at 0.99 for one degree of freedom): its own boots are erratic
 
@@ -88,6 +92,7 @@ class Spread:
 
     var: float
     pairs: int                 # successive boot pairs it was estimated from (its degrees of freedom)
+    upper: float = 0.0         # its one-sided upper confidence bound (``SPREAD_LEVEL``), for a night with few pairs
 
     @property
     def sigma(self) -> float:
@@ -150,7 +155,21 @@ def boot_spread(series: list[list[Boot]], drift: Drift | None = None) -> Spread:
     if not sum(w):
         return Spread(0.0, len(kept))
     var = sum(wi * (q - v) for wi, (q, v) in zip(w, kept)) / sum(w) / 2
-    return Spread(max(0.0, var), len(kept))
+    k = len(kept)
+    msq, mv = statistics.fmean(q for q, _ in kept), statistics.fmean(v for _, v in kept)
+    upper = max(0.0, (k * msq / chi2_quantile(SPREAD_LEVEL, k) - mv) / 2)      # E[q] at its upper bound
+    return Spread(max(0.0, var), k, max(upper, var))
+
+
+def chi2_quantile(p: float, k: int) -> float:
+    """The lower ``p`` quantile of a chi-square with ``k`` degrees of freedom: exact for 1 and 2,
+    else Wilson-Hilferty's cube-root normal (within a few per cent from 3 on)."""
+    if k == 1:
+        return NormalDist().inv_cdf((1 + p) / 2) ** 2
+    if k == 2:
+        return -2 * math.log(1 - p)
+    z = NormalDist().inv_cdf(p)
+    return k * max(1e-9, 1 - 2 / (9 * k) + z * math.sqrt(2 / (9 * k))) ** 3
 
 
 def _robust_spread(sq: list[float], noise: list[float]) -> float:
@@ -249,7 +268,8 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
                        **({"drift_per_h": round(math.expm1(seen), 5)} if seen is not None else {})})
     log_eff = sum(diffs) / J
     chal_arms = {b.arm for b in chal}
-    parts = [(sum(c * c for c in coef.values()) * spread.var, spread.pairs),
+    few = spread.pairs < MIN_SPREAD_PAIRS      # a spread from a pair or two: its upper bound, taken as known
+    parts = [(sum(c * c for c in coef.values()) * (spread.upper if few else spread.var), 10 ** 6 if few else spread.pairs),
              (sum(coef[a] ** 2 * mv[a] for a in coef if a in chal_arms), dfc),
              (sum(coef[a] ** 2 * mv[a] for a in coef if a not in chal_arms), dfi)]
     if extrap_var:
@@ -267,14 +287,10 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
             if se_b > se:
                 se, boot_level = se_b, True
     eff, lo, hi, verdict, why = decide(log_eff, se, df, alpha=alpha, drop_alpha=drop_alpha, min_effect=min_effect)
-    if verdict == "better" and spread.pairs < MIN_SPREAD_PAIRS:
-        # a spread from a pair or two can come out near zero by chance, and then the runs' many
-        # degrees of freedom speak for a variance that was never measured (Welch-Satterthwaite is
-        # anti-conservative exactly there): nothing reads better until the boots have shown it
-        verdict = "undecided"
-        why += (f"; the boot-to-boot spread rests on {spread.pairs} boot pair(s) (at least {MIN_SPREAD_PAIRS} "
-                "before a promotion)")
-    elif verdict == "better" and open_n:
+    if verdict != "better" and few and spread.upper > spread.var:
+        why += (f"; the boot-to-boot spread rests on {spread.pairs} boot pair(s): taken at its upper bound "
+                f"{math.sqrt(spread.upper):.1%} until {MIN_SPREAD_PAIRS}")
+    if verdict == "better" and open_n:
         why += f"; {open_n} of {J} boot(s) not yet bracketed by the incumbent: no promotion until they are"
     elif verdict == "undecided" and any(bl.get("jumped") for bl in blocks):
         why += "; the incumbent jumped across a block (a step or a drift that reversed): it cancels nothing"
