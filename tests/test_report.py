@@ -314,7 +314,16 @@ def test_a_lever_value_reads_the_same_in_the_report_status_and_export(night):
 
 
 # -- the answer at the top (issue 20, item 7) ---------------------------------------------------------
-def test_the_answer_comes_first_with_its_interval_error_rate_and_what_is_undecided(night, report_md):
+@pytest.fixture(scope="module")
+def undecided_night(tmp_path_factory):
+    """A shorter night of the same campaign, one that ends with a change still undecided at its last
+    incumbent (the 56-arm night decides every one)."""
+    folder = simulated_night(tmp_path_factory.mktemp("night40"), arms=40)
+    return folder, write_report(folder)
+
+
+def test_the_answer_comes_first_with_its_interval_error_rate_and_what_is_undecided(undecided_night):
+    night, report_md = undecided_night
     recs = records(night)
     assert report_md.index("## Headline") < report_md.index("## How sure") < report_md.index("## Arms")
     head = section(report_md, "Headline")

@@ -276,6 +276,9 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
         parts.append((extrap_var, max(1, drift.boots - drift.shapes - 1)))
     parts = [(v, dof) for v, dof in parts if v > 0]
     var = sum(v for v, _ in parts)
+    se_estimate = None
+    if few and spread.upper > spread.var:            # the search reads the estimate (tuner/night/search.promising)
+        se_estimate = math.sqrt(max(0.0, var - sum(c * c for c in coef.values()) * (spread.upper - spread.var)))
     df = _welch_df([(v, max(dof, 1)) for v, dof in parts])
     se = math.sqrt(var)
     boot_level = False
@@ -286,6 +289,8 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
             se_b = math.sqrt(seen / J + extrap_var)
             if se_b > se:
                 se, boot_level = se_b, True
+            if se_estimate is not None:
+                se_estimate = max(se_estimate, se_b)
     eff, lo, hi, verdict, why = decide(log_eff, se, df, alpha=alpha, drop_alpha=drop_alpha, min_effect=min_effect)
     if verdict != "better" and few and spread.upper > spread.var:
         why += (f"; the boot-to-boot spread rests on {spread.pairs} boot pair(s): taken at its upper bound "
@@ -304,4 +309,4 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
                       None, (sum(b.disturbed for b in chal), sum(a.disturbed for a in span)),
                       (sum(b.contended for b in chal), sum(a.contended for a in span)),
                       blocks=tuple(blocks), open=open_n, boot_sigma=spread.sigma, spread_pairs=spread.pairs,
-                      drift_seen=statistics.fmean(seen) if seen else None)
+                      drift_seen=statistics.fmean(seen) if seen else None, se_estimate=se_estimate)

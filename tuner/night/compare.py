@@ -191,11 +191,13 @@ class Comparison:
     boot_sigma: float | None = None      # the night's boot-to-boot sigma the test used
     spread_pairs: int = 0                # successive boot pairs that sigma was estimated from
     drift_seen: float | None = None      # the incumbent's mean drift per hour across the closed blocks
+    se_estimate: float | None = None     # the standard error at the spread's estimate, where the test took its
+                                         # upper bound (too few boot pairs): what the search reads
 
     def to_dict(self) -> dict:
         d = asdict(self)
         if not self.blocks:              # the pooled test: the old records' shape
-            for k in ("blocks", "open", "boot_sigma", "spread_pairs", "drift_seen"):
+            for k in ("blocks", "open", "boot_sigma", "spread_pairs", "drift_seen", "se_estimate"):
                 d.pop(k)
         else:
             d["blocks"] = list(self.blocks)
@@ -204,6 +206,10 @@ class Comparison:
                 d.pop("drift_seen")
             else:
                 d["drift_seen"] = round(self.drift_seen, 6)
+            if self.se_estimate is None:
+                d.pop("se_estimate")
+            else:
+                d["se_estimate"] = round(self.se_estimate, 6)
         for k in ("effect", "se", "lo", "hi"):
             d[k] = round(d[k], 6)
         if self.drift_per_h is None:

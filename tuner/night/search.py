@@ -227,12 +227,14 @@ def promising(c: dict) -> bool:
     ``PROMISING_Z`` standard errors (an open block's interval is wide on purpose, and early in the
     night the boot spread rests on a pair or two: its t quantile keeps a +10 % reading undecided
     until an incumbent boot brackets it), and by more than it could ever show at its boot cap
-    (``provable``: a lever whose runs spread 40 % reads +10 % on many boots and proves nothing)."""
+    (``provable``: a lever whose runs spread 40 % reads +10 % on many boots and proves nothing).
+    Where the test took the night's boot spread at its upper bound (too few pairs yet), the search
+    reads the standard error at the estimate (``se_estimate``): a bracket is what adds the pairs."""
     if c.get("verdict") == Verdict.BETTER:
         return True
-    eff, se = c.get("effect"), c.get("se")
+    eff, se = c.get("effect"), c.get("se_estimate") or c.get("se")   # a spread from few pairs: its estimate
     return c.get("verdict") == Verdict.UNDECIDED and eff is not None and se is not None and eff > 0 \
-        and math.log1p(eff) > PROMISING_Z * se and eff > provable(c)
+        and math.log1p(eff) > PROMISING_Z * se and eff > provable({**c, "se": se})
 
 
 def _pending_bracket(state: State) -> Proposal | None:
