@@ -28,7 +28,7 @@ from simbench import emit
 from arms.shape import Shape
 from arms.steady import steady
 from tuner.night.blocks import Boot, boot_spread, drift_of
-from tuner.night.readback import read_records
+from tuner.night.readback import campaign_folder, load_records, start_of
 from tuner.night.state import replay
 
 
@@ -45,7 +45,7 @@ def _first_run_factor(m: dict) -> list[float]:
 
 
 def fit(records: list[dict]) -> dict:
-    start = next((r for r in records if r.get("op") == "campaign_start"), None)
+    start = start_of(records)
     if start is None or not start.get("baseline"):
         raise SystemExit("box_fit: the journal has no campaign_start with a baseline")
     st = replay(records, Shape.from_dict(start["baseline"]))
@@ -83,12 +83,10 @@ def fit(records: list[dict]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("folder", type=Path, help="a campaign's journal folder (journal.jsonl inside)")
+    ap.add_argument("folder", type=Path, help="a campaign's journal folder, or the campaign's YAML file")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    path = args.folder / "journal.jsonl" if args.folder.is_dir() else args.folder
-    records = read_records(path)
-    f = fit(records)
+    f = fit(load_records(campaign_folder(args.folder)))
     keys = [f"boot_sigma: {f['boot_sigma']}"]
     if f.get("cold_start_factor") is not None:
         keys.append(f"cold_start: {{factor: {f['cold_start_factor']}, boots: 1}}")

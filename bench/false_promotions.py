@@ -5,7 +5,7 @@ A challenger of no effect is compared with an incumbent of the same true rate, w
 ``tuner.night.compare.compare`` itself: three depths, ``--runs`` runs per depth per batch, the
 incumbent measured on two boots of twice the runs, the challenger on one earlier boot plus the
 boot under test, whose runs grow batch by batch while the comparison is undecided, up to
-``tuner.night.loop.EXTEND_CAP`` batches, stopping as soon as it is decided (the loop's extender). Every
+``tuner.night.judging.EXTEND_CAP`` batches, stopping as soon as it is decided (the loop's extender). Every
 test of the growing boot could promote. Per cell: how often a zero-effect challenger is
 promoted, against the look's stated rate, with each test run at
   - the look's whole rate (``peeks=1``: only the last test charged, the loop before the split),
@@ -23,7 +23,7 @@ import time
 from simbench import emit
 
 from tuner.night.compare import Side, compare, look_alpha
-from tuner.night.loop import EXTEND_CAP
+from tuner.night.judging import EXTEND_CAP
 
 DEPTHS = ("512", "4096", "16384")
 SIGMA = 0.03          # relative sigma of one run's decode rate (the small-effect landscapes' noise)

@@ -31,8 +31,8 @@ step), corrected for the runs' own noise (``boot_spread``). Until it rests on
 ``MIN_SPREAD_PAIRS`` pairs it is taken at its one-sided upper confidence bound (``SPREAD_LEVEL``),
 as if known: a variance from a pair or two can come out near zero by chance, and Welch-Satterthwaite
 then lets the runs' many degrees of freedom speak for it (a night of a few arms can still promote a
-large effect; a small one waits for the boots to show the spread). The challenger's own boot-to-boot spread enters as a floor when it is
-clearly larger: with two blocks or more whose differences spread more than ``OWN_SPREAD_F``
+large effect; a small one waits for the boots to show the spread). The challenger's own
+boot-to-boot spread enters as a floor when it is clearly larger: with two blocks or more whose differences spread more than ``OWN_SPREAD_F``
 times what the night's spread predicts, the standard error is at least theirs (a lever that makes
 boots erratic). Taking the larger of two estimates every time would inflate every interval by
 the noise of a one-degree-of-freedom variance.
@@ -51,7 +51,8 @@ BRACKET = 2      # incumbent boots read on each side of a challenger's boot
 JUMP_Z = 4.0     # an incumbent that moved this many standard errors across a block jumped
 PAIR_GAP = 8     # boots of one shape further apart than this (on the axis) say more about the box than the boot
 TRIM_Z = 3.0     # a successive difference beyond this many robust sigmas is a jump, not spread
-TRIM_KEEP = 1 - 2 * 3.0 * 0.0044318484 / 0.9973002039   # E[z^2 | |z| < 3]: what the trim takes from a normal
+_N = NormalDist()
+TRIM_KEEP = 1 - 2 * TRIM_Z * _N.pdf(TRIM_Z) / (2 * _N.cdf(TRIM_Z) - 1)   # E[z^2 | |z| < TRIM_Z] of a normal
 MIN_SPREAD_PAIRS = 5  # below this many successive boot pairs the night's spread is taken at its upper bound ...
 SPREAD_LEVEL = 0.1    # ... the one-sided 90 % bound of a chi-square with that many degrees of freedom
 OWN_SPREAD_F = 6.6   # the challenger's block differences spread this many times what the night predicts
@@ -127,7 +128,8 @@ def boot_spread(series: list[list[Boot]], drift: Drift | None = None) -> Spread:
     mean square successive difference: far more efficient than a median), each pair weighted by
     the inverse variance of its square, (2 sigma_boot^2 + its runs' noise)^-2 (a shape whose runs
     spread 40 % says next to nothing about boots; weighting by the runs' noise alone would let
-    long-measured boots, the ones whose comparison stayed close, speak for the rest), clipped at 0: a night whose boots agree to their runs' noise has none."""
+    long-measured boots, the ones whose comparison stayed close, speak for the rest), clipped at
+    0: a night whose boots agree to their runs' noise has none."""
     sq, noise = [], []
     for boots in series:
         boots = sorted((b for b in boots if b.runs), key=lambda b: b.arm)
@@ -151,9 +153,7 @@ def boot_spread(series: list[list[Boot]], drift: Drift | None = None) -> Spread:
     # a pair's weight: the inverse variance of its square, ~ (2 sigma_boot^2 + its runs' noise)^-2 at the
     # robust sigma_boot (an erratic shape's pairs say little; a pair of long-measured boots no more than
     # its boots allow)
-    w = [1 / (2 * rough + v) ** 2 if 2 * rough + v > 0 else 0.0 for _, v in kept]
-    if not sum(w):
-        return Spread(0.0, len(kept))
+    w = [1 / (2 * rough + v) ** 2 for _, v in kept]      # v > 0: a run's variance is floored (run_var)
     var = sum(wi * (q - v) for wi, (q, v) in zip(w, kept)) / sum(w) / 2
     k = len(kept)
     msq, mv = statistics.fmean(q for q, _ in kept), statistics.fmean(v for _, v in kept)
@@ -165,10 +165,10 @@ def chi2_quantile(p: float, k: int) -> float:
     """The lower ``p`` quantile of a chi-square with ``k`` degrees of freedom: exact for 1 and 2,
     else Wilson-Hilferty's cube-root normal (within a few per cent from 3 on)."""
     if k == 1:
-        return NormalDist().inv_cdf((1 + p) / 2) ** 2
+        return _N.inv_cdf((1 + p) / 2) ** 2
     if k == 2:
         return -2 * math.log(1 - p)
-    z = NormalDist().inv_cdf(p)
+    z = _N.inv_cdf(p)
     return k * max(1e-9, 1 - 2 / (9 * k) + z * math.sqrt(2 / (9 * k))) ** 3
 
 
@@ -177,7 +177,7 @@ def _robust_spread(sq: list[float], noise: list[float]) -> float:
     median of a chi-square with one degree of freedom (0 when they fall below it at 0 already): a
     scale no step and no erratic shape moves (a shape whose runs spread 40 % has a v of its own)."""
     def med(s: float) -> float:
-        return statistics.median(q / (2 * s + v) if 2 * s + v > 0 else math.inf for q, v in zip(sq, noise))
+        return statistics.median(q / (2 * s + v) for q, v in zip(sq, noise))
     if med(0.0) <= CHI2_1_MEDIAN:
         return 0.0
     lo, hi = 0.0, max(sq)
@@ -269,16 +269,17 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
     log_eff = sum(diffs) / J
     chal_arms = {b.arm for b in chal}
     few = spread.pairs < MIN_SPREAD_PAIRS      # a spread from a pair or two: its upper bound, taken as known
-    parts = [(sum(c * c for c in coef.values()) * (spread.upper if few else spread.var), 10 ** 6 if few else spread.pairs),
+    bounded = few and spread.upper > spread.var
+    cc = sum(c * c for c in coef.values())
+    parts = [(cc * (spread.upper if few else spread.var), 10 ** 6 if few else spread.pairs),
              (sum(coef[a] ** 2 * mv[a] for a in coef if a in chal_arms), dfc),
              (sum(coef[a] ** 2 * mv[a] for a in coef if a not in chal_arms), dfi)]
     if extrap_var:
         parts.append((extrap_var, max(1, drift.boots - drift.shapes - 1)))
     parts = [(v, dof) for v, dof in parts if v > 0]
     var = sum(v for v, _ in parts)
-    se_estimate = None
-    if few and spread.upper > spread.var:            # the search reads the estimate (tuner/night/search.promising)
-        se_estimate = math.sqrt(max(0.0, var - sum(c * c for c in coef.values()) * (spread.upper - spread.var)))
+    # the search reads the standard error at the estimate (tuner/night/search.promising)
+    se_estimate = math.sqrt(max(0.0, var - cc * (spread.upper - spread.var))) if bounded else None
     df = _welch_df([(v, max(dof, 1)) for v, dof in parts])
     se = math.sqrt(var)
     boot_level = False
@@ -292,7 +293,7 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
             if se_estimate is not None:
                 se_estimate = max(se_estimate, se_b)
     eff, lo, hi, verdict, why = decide(log_eff, se, df, alpha=alpha, drop_alpha=drop_alpha, min_effect=min_effect)
-    if verdict != "better" and few and spread.upper > spread.var:
+    if verdict != "better" and bounded:
         why += (f"; the boot-to-boot spread rests on {spread.pairs} boot pair(s): taken at its upper bound "
                 f"{math.sqrt(spread.upper):.1%} until {MIN_SPREAD_PAIRS}")
     if verdict == "better" and open_n:

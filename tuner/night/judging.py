@@ -26,8 +26,8 @@ class Judging:
 
     @staticmethod
     def _awaits_bracket(st: State, a) -> bool:
-        """Arm ``a``'s latest comparison reads better (``search.promising``) but waits for incumbent boots around its
-        boots (tuner/night/blocks.py): its trial stays RUNNING until ``_bracket`` decides it, so the
+        """Arm ``a``'s latest comparison reads better (``search.promising``) but waits for incumbent
+        boots around its boots (tuner/night/blocks.py): its trial stays RUNNING until ``_bracket`` decides it, so the
         study's value is the one the move (or its absence) gives."""
         if a.end is None or not a.change or a.incumbent != st.incumbent_key:
             return False
@@ -68,8 +68,8 @@ class Judging:
                                min_effect=self.camp.search.min_effect, drift=drift), k
 
     def _bracket(self, st: State, n: int | None) -> State:
-        """Re-judge the challengers at this incumbent whose better reading (``search.promising``) waited for incumbent boots
-        around theirs (an open block, tuner/night/blocks.py): once a later incumbent boot closes one,
+        """Re-judge the challengers at this incumbent whose better reading (``search.promising``)
+        waited for incumbent boots around theirs (an open block, tuner/night/blocks.py): once a later incumbent boot closes one,
         the comparison is journaled again (``kind: bracketed``, ``closed_by`` the arm that did) and
         promotes when it still says better. Idempotent: resume calls it too."""
         if not self._comparable():

@@ -27,7 +27,7 @@ from tuner.night.sampler import tell as sampler_tell
 from arms import values
 from tuner.night.guard import Guard
 from tuner.night.journal import Journal, refuse_orphaned
-from tuner.night.judging import EXTEND_CAP, Judging  # noqa: F401 - EXTEND_CAP: the loop's name too
+from tuner.night.judging import Judging
 from tuner.night.search import Proposal, apply, propose
 from tuner.night.state import Replay, State
 from tuner.night.study import open_study, sync_study
