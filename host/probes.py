@@ -449,3 +449,34 @@ class StateProbes:
             "vram_source": "n/a", "vram": "n/a", "oom_kills": [asdict(k) for k in self.oom_kills],
             "container": dict(self.container), "kernel_log": f"not scanned ({self.source} host)",
             "sampler_cpu_s": 0.0, "sampler_wall_s": 0.0, "sampler_cpu_percent_of_core": None}, "samples": []}
+
+
+def fingerprint(nvml: Any = None) -> dict:
+    """What makes two boxes the same hardware for a shared campaign (tuner/night/shared.py): the
+    CPU model and core count, the RAM (GiB, rounded), and each GPU's name and the driver where
+    NVML can say ("none" without a reader)."""
+    import os
+
+    import psutil
+
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8", errors="replace"):
+            if line.lower().startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    out = {"cpu": cpu, "cores": os.cpu_count() or 0, "ram_gib": round(psutil.virtual_memory().total / 2**30),
+           "gpus": "none", "driver": "none"}
+    try:
+        if nvml is None:
+            import pynvml as nvml  # type: ignore[no-redef]
+        nvml.nvmlInit()
+        names = [nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(nvml.nvmlDeviceGetCount())]
+        out["gpus"] = ", ".join(n.decode() if isinstance(n, bytes) else str(n) for n in names) or "none"
+        drv = nvml.nvmlSystemGetDriverVersion()
+        out["driver"] = drv.decode() if isinstance(drv, bytes) else str(drv)
+    except Exception:  # noqa: BLE001 - no reader: the GPU part reads "none"
+        pass
+    return out

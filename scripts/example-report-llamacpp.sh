@@ -32,7 +32,8 @@ if [ "${IDLE:-0}" != 1 ]; then
     echo "on $(date -u +%H:%M:%S)" >> "$bgload"
     timeout $((secs / 3)) .venv/bin/python -c 'while True: pass' offload-tuner-background-load || true
     echo "off $(date -u +%H:%M:%S)" >> "$bgload" ) &
-  trap 'pkill -f offload-tuner-background-load || true; podman_service_stop' EXIT
+  bgpid=$!          # the timer and its load die with the night, however it ends (never a later night's load)
+  trap 'kill "$bgpid" 2>/dev/null || true; pkill -f offload-tuner-background-load || true; podman_service_stop' EXIT
   conditions="${dropped}, and one core kept busy by a background process from a third of the night to two thirds"
 fi
 start=$SECONDS
@@ -40,6 +41,7 @@ load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 .venv/bin/tuner run examples/llamacpp-cpu.yaml --quiet "$@"
 wall=$((SECONDS - start))
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+[ -n "${bgpid:-}" ] && { kill "$bgpid" 2>/dev/null || true; }
 pkill -f offload-tuner-background-load || true
 if [ -n "$bgload" ] && [ -s "$bgload" ]; then
   conditions="${conditions} (on at $(awk '/^on/ {print $2}' "$bgload") UTC, off at $(awk '/^off/ {print $2}' "$bgload") UTC)"
@@ -49,7 +51,7 @@ out=docs/example-report-llamacpp
 rm -rf "$out" && mkdir -p "$out"
 cp journal/llamacpp-cpu/REPORT.md "$out/"
 cp -r journal/llamacpp-cpu/report "$out/"
-cp journal/llamacpp-cpu/journal.jsonl "$out/"          # what the report was rendered from
+sed "s#$root/##g" journal/llamacpp-cpu/journal.jsonl > "$out/journal.jsonl"   # what the report was rendered from (paths relative to the repo)
 [ -f journal/llamacpp-cpu/membw.json ] && cp journal/llamacpp-cpu/membw.json "$out/"
 for log in $(grep -o 'arms/[0-9]*/boot.log' "$out/REPORT.md" | sort -u); do
   mkdir -p "$out/$(dirname "$log")" && cp "journal/llamacpp-cpu/$log" "$out/$log"

@@ -13,6 +13,8 @@ command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
 command -v systemd-analyze >/dev/null 2>&1 || missing="$missing systemd"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 command -v tmux >/dev/null 2>&1 || missing="$missing tmux"      # tests/test_liveview.py: the live view in a real terminal
+# PostgreSQL (Debian's): tests/test_shared*.py start a private server of their own (host/pgserver.py)
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$missing postgresql"
 if [ -n "$missing" ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi

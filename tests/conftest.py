@@ -120,3 +120,23 @@ def assert_plan_matches(report, want) -> None:
     assert report.max_concurrency == pytest.approx(round(want.max_concurrency, 2))
     assert report.non_default_args["max_num_seqs"] == 4
     assert report.compile_cache_hit is False
+
+
+@pytest.fixture(scope="session")
+def pg():
+    """A real PostgreSQL server for the shared-campaign tests (Debian's binaries, a private data
+    directory and port, started here; scripts/test.sh installs the package). Each test shares it
+    under its own campaign name."""
+    import shutil
+    import tempfile
+
+    from host.pgserver import PgServer
+
+    folder = Path(tempfile.mkdtemp(prefix="offload-tuner-pg-", dir="/tmp"))   # a path the postgres user can reach
+    srv = PgServer(folder)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        shutil.rmtree(folder, ignore_errors=True)

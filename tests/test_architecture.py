@@ -16,7 +16,7 @@ PACKAGES = ("tuner", "arms", "host", "simengine")
 
 # what the morning may not import: anything that writes a campaign folder, a study or a unit
 WRITERS = ("tuner.cli", "tuner.daemon", "tuner.night.loop", "tuner.night.arm_runner", "tuner.night.journal",
-           "tuner.night.lock", "tuner.night.study", "tuner.production")
+           "tuner.night.lock", "tuner.night.study", "tuner.night.shared", "tuner.night.simfleet", "tuner.production")
 # never in arms/ (it defines the Host protocol; side effects live in host/)
 SIDE_EFFECT_LIBS = ("podman", "subprocess", "psutil")
 

@@ -177,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--simulated", action="store_true",
                    help="run against the landscape in simulated time (no podman): a night in seconds")
     s.add_argument("--quiet", action="store_true", help="no live table, log lines only")
+    s.add_argument("--box", default=None, help="a shared campaign (storage:): this box's name among the boxes "
+                                               "that run it (default: the host name)")
+    s.add_argument("--port", type=int, default=None, help="serve this box's arms on this port instead of "
+                                                          "baseline.port (several boxes on one machine)")
     s.set_defaults(fn=cmd_run)
 
     s = add("status", "what a campaign has done and what is running")

@@ -37,7 +37,7 @@ def _detach(ns) -> int:
 
     from tuner.night.lock import CampaignLock
 
-    camp = load_campaign(ns.campaign)
+    camp = _boxed(load_campaign(ns.campaign), ns)
     with CampaignLock(camp.folder):        # refuse here, in the operator's terminal, not in daemon.log
         pass
     camp.folder.mkdir(parents=True, exist_ok=True)
@@ -48,10 +48,51 @@ def _detach(ns) -> int:
             argv.append("--" + flag.replace("_", "-"))
     if ns.max_arms:
         argv += ["--max-arms", str(ns.max_arms)]
+    if getattr(ns, "box", None):
+        argv += ["--box", ns.box]
+    if getattr(ns, "port", None):
+        argv += ["--port", str(ns.port)]
     p = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
     print(f"campaign {camp.name} running in the background as pid {p.pid}; log: {camp.folder / 'daemon.log'}; "
           f"`tuner status {ns.campaign}` reads its journal")
     return 0
+
+
+def _boxed(camp, ns):
+    """A shared campaign as this box runs it (``--box``, default: the host name); one box's
+    campaign is itself (``--box`` refused: it names nothing)."""
+    box = getattr(ns, "box", None)
+    if not camp.shared:
+        if box:
+            raise ConfigError(f"--box {box}: {camp.path} has no storage: (a campaign of one box); add "
+                              "storage: postgresql://... to share it between boxes")
+        return camp
+    import socket
+
+    return camp.for_box(box or socket.gethostname().split(".")[0])
+
+
+def _join(camp, ns, host):
+    """This box's connection to a shared campaign, joined (refused in one line: an unreachable or
+    wrong database, another campaign of this name, a live box of this name, other hardware)."""
+    from tuner.night.shared import Fleet
+
+    st = camp.storage
+    fleet = Fleet(st.url, camp.name, camp.folder.name, grace_s=st.grace_s, heartbeat_s=st.heartbeat_s,
+                  wait_s=st.wait_s)
+    fleet.connect()
+    if ns.simulated:
+        fp = {"host": "simulated"}
+    else:
+        from host.probes import fingerprint
+
+        fp = fingerprint()
+    try:
+        fleet.join(camp.identity(), fp, force=ns.force_resume, mixed=st.mixed_hardware)
+    except BaseException:
+        fleet.close()
+        raise
+    return fleet
 
 
 def _host_and_shape(camp, simulated: bool):
@@ -79,7 +120,7 @@ def run_campaign(ns) -> int:
 
     from arms.secrets import SealFilter
 
-    camp = load_campaign(ns.campaign)
+    camp = _boxed(load_campaign(ns.campaign), ns)
     if ns.simulated and camp.sweep_plan is not None:
         raise ConfigError(f"{camp.path}: the concurrency sweep (measure.sweep / objective goodput_at_slo) needs "
                           "wall-clock concurrency: run it on podman, without --simulated")
@@ -118,10 +159,20 @@ def _run_locked(ns, camp) -> int:
         view.update(st)
         sd_notify("WATCHDOG=1")
 
+    fleet = _join(camp, ns, host) if camp.shared else None
     # a new night's deadline; a resumed night keeps the one it journaled (loop.deadline)
-    loop = CampaignLoop(camp, host, profile, deadline=deadline, max_arms=max_arms,
-                        force_resume=ns.force_resume, on_arm=on_arm, simulated=bool(ns.simulated),
-                        facts=None if ns.simulated else lambda: _night_facts(camp, profile))
+    try:
+        loop = CampaignLoop(camp, host, profile, deadline=deadline, max_arms=max_arms,
+                            force_resume=ns.force_resume, on_arm=on_arm, simulated=bool(ns.simulated),
+                            facts=None if ns.simulated else lambda: _night_facts(camp, profile), fleet=fleet)
+    except BaseException:
+        if fleet is not None:
+            fleet.close()
+        raise
+    if getattr(ns, "port", None):
+        if not 0 < ns.port < 65536:
+            raise ConfigError(f"--port {ns.port}: give a TCP port in 1..65535")
+        loop.runner.port = ns.port
     view = NightView(camp, deadline=loop.deadline, max_arms=max_arms, clock=host.now, notify=sd_notify,
                      live=not ns.quiet and sys.stderr.isatty(), simulated=bool(ns.simulated))
     (camp.folder / DAEMON_PID).write_text(str(os.getpid()))
@@ -134,6 +185,9 @@ def _run_locked(ns, camp) -> int:
             (camp.folder / DAEMON_PID).unlink()
         except FileNotFoundError:
             pass
+        if fleet is not None:
+            fleet.leave()
+            fleet.close()
     if summary.no_result is not None:        # the first line says so; a distinct exit code (tuner/cli.py)
         from tuner.night.ending import NO_RESULT_EXIT
 

@@ -10,16 +10,26 @@ from arms.errors import ConfigError
 HOST = "127.0.0.1"
 
 
-def study_path(folder: str | Path) -> Path:
-    from tuner.night.readback import campaign_folder
+def study_path(folder: str | Path) -> Path | str:
+    """The study's journal file, or a shared campaign's database URL (optuna-dashboard opens it)."""
+    from tuner.night.readback import _URLS, campaign_folder, shared_of
 
-    path = campaign_folder(folder) / "optuna.journal"
+    folder = campaign_folder(folder)
+    mark = shared_of(folder)
+    if mark is not None and not (folder / "optuna.journal").exists():
+        return _URLS.get(folder.resolve()) or mark["storage"]
+    path = folder / "optuna.journal"
     if not path.exists():
         raise ConfigError(f"{path} does not exist: the campaign has not asked Optuna for an arm yet")
     return path
 
 
-def storage(path: Path):
+def storage(path: Path | str):
+    if isinstance(path, str) and "://" in path:          # a shared campaign's study
+        from optuna.storages import RDBStorage
+
+        from tuner.night.storage import sqlalchemy_url
+        return RDBStorage(sqlalchemy_url(path))
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -46,5 +56,8 @@ def serve(folder: str | Path, port: int = 8080) -> None:
         raise ConfigError(f"--port {port}: give a TCP port in 1..65535")
     path = study_path(folder)
     _port_free(port)
-    print(f"optuna-dashboard for {path} on http://{HOST}:{port}/ (Ctrl-C stops it)", flush=True)
+    from tuner.night.storage import safe_url
+
+    shown = safe_url(path) if isinstance(path, str) else path      # a URL's password is never printed
+    print(f"optuna-dashboard for {shown} on http://{HOST}:{port}/ (Ctrl-C stops it)", flush=True)
     run_server(storage(path), host=HOST, port=port)

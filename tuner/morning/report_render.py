@@ -61,7 +61,9 @@ def markdown(report, img_src=None) -> str:
                 else:
                     out.append(f"_({getattr(report, 'plot_note', None) or 'plot ' + name + ' not drawn'})_")
             out.append("")
-    out.append(f"_Written by `tuner report` from `{report.folder.name}/journal.jsonl`; "
+    src = f"`{report.folder.name}/journal.jsonl`" if (report.folder / "journal.jsonl").exists() or \
+        not (report.folder / "shared.json").exists() else "the shared campaign's database (`shared.json`)"
+    out.append(f"_Written by `tuner report` from {src}; "
                "`tuner export` gives every arm as CSV, JSON lines or Parquet._")
     return "\n".join(out).rstrip() + "\n"
 

@@ -126,7 +126,8 @@ def failures(b, df: pd.DataFrame) -> Section:
         s.add("h3", f"{c} — {len(part):,} arm(s)")
         for r in part.head(FAILURE_EXAMPLES).itertuples(index=False):
             end = b.arms[r.arm].end or {}
-            log = f"arms/{r.arm:04d}/boot.log"
+            box = (b.arms[r.arm].start or {}).get("box")          # a shared campaign: the box's own folder
+            log = f"{box + '/' if box else ''}arms/{r.arm:04d}/boot.log"
             link = f" — [boot log]({log})" if (b.folder / log).exists() else ""
             s.add("p", f"{r.words}{link}")
             lines = list((end.get("boot") or {}).get("evidence") or [])
@@ -243,10 +244,11 @@ def plots(b) -> Section:
 
 
 def sections(b, df: pd.DataFrame, series: list[dict]) -> list[Section]:
+    from tuner.morning.report_boxes import boxes
     from tuner.morning.report_headline import decisions, headline
     from tuner.morning.report_roofline import roofline
 
-    out = [headline(b, df, series), decisions(b, df), arm_table(b, df), memory(b, df), roofline(b, df),
+    out = [headline(b, df, series), decisions(b, df), boxes(b, df), arm_table(b, df), memory(b, df), roofline(b, df),
            failures(b, df), quality(b, df), telemetry(b, df), constraints(b, df), plots(b)]
     return [x for x in out if x is not None]
 

@@ -71,14 +71,15 @@ def _deadline(records: list[dict], start: dict) -> float | None:
 
 def status_data(folder: Path) -> dict:
     from arms.shape import Shape
-    from tuner.night.readback import daemon_pid, read_records, start_of
+    from tuner.night.readback import daemon_pid, load_records, read_records, shared_of, start_of
     from tuner.night.records import latest_judged
     from tuner.night.state import replay
 
     jpath = folder / "journal.jsonl"
-    if not jpath.exists():
+    if not jpath.exists() and shared_of(folder) is None:
         raise ConfigError(f"{folder} holds no journal.jsonl: the campaign has not run yet (`tuner run CAMPAIGN`)")
-    records = read_records(jpath)           # a reader: no lock, never writes (the daemon may be mid-line)
+    # a reader: no lock, never writes (the daemon may be mid-line); a shared campaign: its database
+    records = read_records(jpath) if jpath.exists() else load_records(folder)
     start = start_of(records)
     if start is None:
         raise ConfigError(f"{jpath} has no campaign_start record")
@@ -106,7 +107,18 @@ def status_data(folder: Path) -> dict:
     judged = latest_judged(records)
     inc_obj = judged["incumbent_value"] if judged else st.incumbent_value     # as the loop journaled it
     ended = st.ended or {}
-    if ended:
+    boxes = None
+    if shared_of(folder) is not None and not jpath.exists():     # a shared campaign: its boxes' heartbeats
+        from tuner.night.readback import shared_boxes
+
+        grace = float(((start.get("campaign") or {}).get("storage") or {}).get("grace_s", 120.0)) \
+            if isinstance((start.get("campaign") or {}).get("storage"), dict) else 120.0
+        boxes = [{**b, "live": b["left"] is None and b["heartbeat"] is not None and b["now"] - b["heartbeat"] < grace,
+                  "arms": sum(a.box == b["box"] for a in st.arms.values()),
+                  "running_arm": next((a.n for a in running if a.box == b["box"]), None)}
+                 for b in shared_boxes(folder)]
+        pid = pid or (any(b["live"] for b in boxes) or None)
+    if ended and not (boxes and any(b["live"] for b in boxes)):
         state = "ended"
     elif pid and running:
         state = "running"
@@ -120,7 +132,8 @@ def status_data(folder: Path) -> dict:
     return {
         "folder": str(folder), "campaign": camp.name or folder.name, "state": state,
         "arms": len(st.arms), "arm_list": arms,
-        "daemon_pid": pid, "running_arm": running[0].n if running and pid else None,
+        "daemon_pid": pid if pid is not True else None, "boxes": boxes,
+        "running_arm": running[0].n if running and pid else None,
         "interrupted_arm": running[0].n if running and not pid else None,
         "phase": (phase or {}).get("phase") or ("ended" if ended else None),
         "objective": camp.objective,

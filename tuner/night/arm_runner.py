@@ -3,6 +3,8 @@ quality guard, constraints, verdict. Returns the record the journal keeps; never
 itself (arms/ does) and never decides what to run next (tuner/search does)."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 from dataclasses import replace
@@ -89,6 +91,7 @@ class ArmRunner:
         self.last_boot = None
         self.sealer = Sealer()           # the campaign's secrets, hidden in the arm's files at its end
         self.sweep = sweep                 # arms.sweep.SweepPlan: the concurrency sweep each measured arm runs
+        self.port: int | None = None       # this box serves its arms on this port (several boxes on one machine)
 
     @classmethod
     def for_campaign(cls, camp, host: Host, profile: EngineProfile, plan: MeasurePlan | None = None) -> "ArmRunner":
@@ -129,6 +132,8 @@ class ArmRunner:
         t0 = self.host.now()
         rec: dict = {"arm": n, "kind": kind}
         boot_shape = apply_telemetry(shape, self.profile) if self.telemetry else shape
+        if self.port is not None:          # the port is where it serves, not what it is: the shape's key stays
+            boot_shape = replace(boot_shape, port=self.port)
         with boot_arm(self.host, boot_shape, self.profile, campaign=self.campaign, arm=n, folder=folder,
                       changes=changes, limits=self.limits, extra_env=self.extra_env) as (boot, b):
             self.last_boot = boot

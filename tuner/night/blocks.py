@@ -72,12 +72,13 @@ class Boot:
     disturbed: int = 0
     contended: int = 0
     hours: float | None = None
+    box: str | None = None        # the box it ran on (a shared campaign): its blocks are of that box's boots
 
     @classmethod
     def of(cls, arm: int, t: float, measurement: dict | None, depth: int | None = None,
-           hours: float | None = None) -> "Boot":
+           hours: float | None = None, box: str | None = None) -> "Boot":
         runs, dropped, contended = _split_runs(measurement, depth)
-        return cls(arm, t, runs, dropped, contended, t if hours is None else hours)
+        return cls(arm, t, runs, dropped, contended, t if hours is None else hours, box)
 
     def mean(self, depths: list[str]) -> float:
         return statistics.fmean(statistics.fmean(self.runs[d]) for d in depths)
@@ -215,9 +216,14 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
         return None
     plans = []
     for b in chal:
-        before = [a for a in inc if a.arm < b.arm][-BRACKET:]
-        after = [a for a in inc if a.arm > b.arm][:BRACKET]
-        plans.append((b, before, after))
+        here = [a for a in inc if a.box == b.box]        # a box's own offset cancels in its blocks
+        before = [a for a in here if a.arm < b.arm][-BRACKET:]
+        after = [a for a in here if a.arm > b.arm][:BRACKET]
+        if before or after:
+            plans.append((b, before, after))
+    if not plans:
+        return None
+    chal = [b for b, _, _ in plans]
     used = {a.arm: a for _, bf, af in plans for a in bf + af}
     depths = sorted(set.intersection(*(set(b.runs) for b in chal), *(set(a.runs) for a in used.values())))
     s2c, dfc = run_var(chal, depths)

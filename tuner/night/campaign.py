@@ -94,6 +94,9 @@ class SearchPlan:
     error_rate: float = ERROR_RATE  # the chance a night promotes anything not truly better
 
 
+BOX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
 @dataclass(frozen=True)
 class Campaign:
     path: Path
@@ -114,26 +117,54 @@ class Campaign:
     probe_interval_s: float = 2.0  # measure.probe_interval_s: host probes during an arm
     link_gbs: float | None = None  # measure.link_gbs: the host-GPU link the roofline assumes
     membw_gbs: float | None = None  # measure.membw_gbs: host memory bandwidth for the llama.cpp roofline
+    storage: Any = None            # schema.Storage: a shared campaign's database (tuner/night/shared.py), or None
+
+    @property
+    def shared(self) -> bool:
+        return self.storage is not None
+
+    def for_box(self, box: str) -> "Campaign":
+        """A shared campaign as one box runs it: its own folder (lock, arm artefacts) under the
+        campaign's, ``<journal>/<name>/<box>`` (tuner/night/shared.py)."""
+        from dataclasses import replace
+
+        if not BOX_NAME.fullmatch(box or ""):
+            raise ConfigError(f"--box {box!r}: a box name is 1-64 letters, digits, '.', '_' or '-'")
+        return replace(self, folder=self.folder / box)
+
+    def _raw_safe(self) -> dict:
+        """The file's mapping with the storage URL's password masked (journaled, hashed)."""
+        if self.raw.get("storage") is None:
+            return self.raw
+        from tuner.night.storage import safe_url
+
+        st = self.raw.get("storage")
+        st = {**st, "url": safe_url(st.get("url", ""))} if isinstance(st, dict) else safe_url(str(st))
+        return {**self.raw, "storage": st}
 
     def identity(self) -> str:
         """The campaign file's fingerprint: a resumed night must be the same campaign."""
         import hashlib
         import json
 
-        return hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(self._raw_safe(), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def sealer(self):
         """The campaign's secrets sealer (arms.secrets.Sealer): every secret of the file, hidden in
         whatever the night writes."""
+        from urllib.parse import urlsplit
+
         from arms.secrets import Sealer
 
-        return Sealer.of(self.baseline, self.raw)
+        sealer = Sealer.of(self.baseline, self.raw)
+        password = urlsplit(self.storage.url).password if self.shared else None
+        return Sealer([*sealer.values, password]) if password else sealer
 
     def record(self) -> dict:
         """The campaign as journaled in campaign_start (its file's mapping, JSON-safe)."""
         import json
 
-        return json.loads(json.dumps(self.raw, default=str))
+        return json.loads(json.dumps(self._raw_safe(), default=str))
 
     def lever(self, name: str) -> Lever:
         try:
@@ -223,7 +254,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                     boot=model.boot.limits(), folder=folder, raw=raw, profile_overrides=model.profile,
                     measure=measure, search=search, production=production, sweep_plan=sweep,
                     telemetry=model.measure.telemetry, probe_interval_s=model.measure.probe_interval_s,
-                    link_gbs=model.measure.link_gbs, membw_gbs=model.measure.membw_gbs)
+                    link_gbs=model.measure.link_gbs, membw_gbs=model.measure.membw_gbs, storage=model.storage)
 
 
 def _canonical_flags(path: Path, engine: str, overrides, baseline: Shape, levers: dict[str, Lever],

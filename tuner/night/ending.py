@@ -62,17 +62,19 @@ def night_deadline(start: dict | None, budget, proposed_wall: float | None) -> f
     return proposed_wall if old is None else old
 
 
-def continue_night(records: list[dict], host, budget, proposed: float | None) -> tuple[float | None, float | None]:
+def continue_night(records: list[dict], host, budget, proposed: float | None,
+                   wall=None) -> tuple[float | None, float | None]:
     """(the night's deadline on the journal's clock, the same on the host's clock) for a loop
     opening ``records``; ``proposed`` is a new night's deadline on the host clock. A host that
     keeps a virtual clock (``continue_clock``: host.simhost.SimHost) first moves it on to the
     journal's last time, so a resumed simulated night never restarts at 0 and its journal times
-    never run backwards."""
+    never run backwards. ``wall``: the journal's clock when it is not the host's (a shared
+    campaign's: the database's, tuner/night/shared.py)."""
     last = next((r["t"] for r in reversed(records) if r.get("t") is not None), None)
     if last is not None:
         host.continue_clock(last)
     start = start_of(records)
-    offset = host.wall() - host.now()              # host clock -> journal clock
+    offset = (wall or host.wall)() - host.now()    # host clock -> journal clock
     wall = night_deadline(start, budget, None if proposed is None else proposed + offset)
     return wall, None if wall is None else wall - offset
 

@@ -55,13 +55,20 @@ class Judging:
         ref = st.incumbent if against is None else against
         depth = self._depth()
         cache = self._boots                 # a finished boot's runs never change: split them once
-        series = {k: [cache.get((n, t)) or cache.setdefault((n, t), Boot.of(n, float(n), m, depth, hours=t))  # arm order
+        arms = st.arms
+        series = {k: [cache.get((n, t)) or cache.setdefault((n, t), Boot.of(n, float(n), m, depth, hours=t,
+                                                                            box=arms[n].box))   # arm order
                       for n, t, m in b] for k, b in st.measured_boots().items()}
         if extra:
             n = st.next_n if arm is None else arm
-            series.setdefault(shape.key(), []).append(Boot.of(n, float(n), extra, depth, hours=self.host.wall() / 3600.0))
-        drift = drift_of(list(series.values()))
-        spread = boot_spread([b for key, b in series.items() if key != shape.key()], drift)   # its own: the floor
+            series.setdefault(shape.key(), []).append(Boot.of(n, float(n), extra, depth, hours=self.host.wall() / 3600.0,
+                                                              box=getattr(self, "box", None)))
+        by_box: dict = {}                   # a box's boots of one shape: the spread and drift are within a box
+        for key, boots in series.items():
+            for b in boots:
+                by_box.setdefault((key, b.box), []).append(b)
+        drift = drift_of(list(by_box.values()))
+        spread = boot_spread([b for (key, _), b in by_box.items() if key != shape.key()], drift)   # its own: the floor
         k = st.looks + 1
         return compare_blocked(series.get(shape.key(), []), series.get(ref.key(), []), spread=spread,
                                alpha=look_alpha(self.error_rate, k, self._planned_looks(), EXTEND_CAP),

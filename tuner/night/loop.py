@@ -10,36 +10,29 @@ from typing import Callable
 
 import optuna
 from optuna.distributions import CategoricalDistribution
-from optuna.trial import TrialState
 
 from arms.errors import ConfigError
 from arms.host import Host
-from arms.lifecycle import crashpoint, model_paths, sweep_orphans
+from arms.lifecycle import crashpoint
 from arms.profiles import EngineProfile
-from arms.verdict import untrusted
 
 from tuner.night.arm_runner import ArmRunner, log_verdict
-from tuner.night.readback import start_of
 from tuner.night.ending import (NoResult, continue_night, deadline_from, final_end, judged_start,  # noqa: F401
                                  no_result)
-from tuner.night.sampler import OneChangeSampler, told_as, trial_of
-from tuner.night.sampler import tell as sampler_tell
+from tuner.night.sampler import OneChangeSampler
 from arms import values
 from tuner.night.guard import Guard
-from tuner.night.journal import Journal, refuse_orphaned
+from tuner.night.journal import Journal
 from tuner.night.judging import Judging
+from tuner.night.opening import Opening, campaign_hash
 from tuner.night.search import Proposal, apply, propose
 from tuner.night.state import Replay, State
-from tuner.night.study import open_study, sync_study
+from tuner.night.study import open_study
 from tuner.night.verdict import Score, needs_comparison, promotes, settle
 
 log = logging.getLogger("tuner.loop")
-WARM_BUDGET_S = 900.0  # a new night reads its model's files once, for at most this long (host/pagecache.py)
+WAIT_S = 30.0         # a box with nothing to run while other boxes measure looks again after this long
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def campaign_hash(camp) -> str:
-    return camp.identity()
 
 
 @dataclass
@@ -53,7 +46,7 @@ class Summary:
     no_result: NoResult | None = None   # the night learned nothing (tuner/night/ending.py): why, and the evidence
 
 
-class CampaignLoop(Judging):
+class CampaignLoop(Opening, Judging):
     """``deadline``: the host-clock deadline a *new* night gets (``deadline_from``); a night that
     started before keeps the one it journaled (``self.deadline`` is the night's, on the host
     clock). ``simulated``: journaled in campaign_start (default: whether ``host`` says it is)."""
@@ -61,8 +54,12 @@ class CampaignLoop(Judging):
     def __init__(self, camp, host: Host, profile: EngineProfile, *, deadline: float | None = None,
                  max_arms: int | None = None, force_resume: bool = False, stop: Callable[[], bool] | None = None,
                  on_arm: Callable[[State, dict], None] | None = None, simulated: bool | None = None,
-                 facts: Callable[[], dict] | None = None):
+                 facts: Callable[[], dict] | None = None, fleet=None):
         self.camp, self.host, self.profile = camp, host, profile
+        self.fleet = fleet                  # a shared campaign's connection (tuner/night/shared.py), or None
+        self.box = fleet.box if fleet is not None else None
+        self._joined = -1                   # the seq of this box's "box joined" note (a shared campaign)
+        self._asked: int | None = None      # a trial asked whose arm_start is not committed yet
         self.max_arms, self.force = max_arms, force_resume
         self.simulated = bool(host.simulated) if simulated is None else simulated
         self.facts = facts                  # what the host measured for a new night (journaled in campaign_start)
@@ -70,12 +67,29 @@ class CampaignLoop(Judging):
         self.on_arm = on_arm
         folder = camp.folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.journal = Journal(folder / "journal.jsonl", clock=host.wall, sealer=camp.sealer())
+        if fleet is None:
+            self.journal = Journal(folder / "journal.jsonl", clock=host.wall, sealer=camp.sealer())
+            self.study_at = folder / "optuna.journal"
+        else:
+            if camp.search.mode == "joint":
+                raise ConfigError("search: joint cannot be shared across boxes (storage:); use one-change")
+            from tuner.night.shared import SharedJournal
+
+            from tuner.night.readback import mark_shared
+
+            self.journal = SharedJournal(fleet, clock=fleet.now, sealer=camp.sealer())
+            self.study_at = fleet.url
+            from tuner.night.storage import without_password
+
+            mark_shared(folder.parent, without_password(fleet.url), camp.name)   # readers of the folder find it
+        self._proposed = deadline
         self._set_clock_and_deadline(deadline)
         self.sampler = OneChangeSampler() if camp.search.mode != "joint" else None
-        self.study = open_study(folder / "optuna.journal", camp.name, sampler=self.sampler,
-                                metric=str(camp.search.objective))
+        self.study = self._atomic(lambda: open_study(self.study_at, camp.name, sampler=self.sampler,
+                                                     metric=str(camp.search.objective)))
         self.runner = ArmRunner.for_campaign(camp, host, profile)
+        if fleet is not None:
+            self.runner.campaign = f"{camp.name}.{self.box}"     # this box's containers: its label and names
         self.choices = ["(incumbent)"] + sorted(camp.levers)
         self._boots: dict = {}              # (arm, end time) -> its Boot (tuner/night/blocks.py), for _compare
 
@@ -83,8 +97,31 @@ class CampaignLoop(Judging):
         """A simulated host's clock continues from the journal's last time; the deadline is the
         night's, fixed at its start (tuner/night/ending.py)."""
         self.deadline_wall, self.deadline = continue_night(self.journal.records, self.host, self.camp.search.budget,
-                                                           proposed)
+                                                           proposed, wall=self.journal.clock)
         self._judgeable = False        # the starting shape gave something to judge against (ending.no_result)
+
+    def _atomic(self, fn):
+        """``fn()`` as one transaction of a shared campaign (every box's records read first; run
+        again from the top when the database went away), or just ``fn()`` on one box."""
+        if self.fleet is None:
+            return fn()
+        try:
+            return self.fleet.atomically(fn, on_rollback=self._forget)
+        except BaseException:
+            self._forget()
+            raise
+
+    def _forget(self) -> None:
+        """A rolled-back transaction's records were folded: replay afresh; a trial it asked for
+        (Optuna commits on its own connection) never became an arm: failed, so no trial of the
+        study is left without its arm's verdict."""
+        self._replayed = None
+        asked, self._asked = getattr(self, "_asked", None), None
+        if asked is not None:
+            try:
+                self._tell(asked, {"verdict": "interrupted"})
+            except Exception as e:   # noqa: BLE001 - the database is away: the next start's reconcile fails it
+                log.debug("[study] trial %s asked in a rolled-back transaction stays for the reconcile: %s", asked, e)
 
     def _replay(self) -> State:
         """The campaign state, folded incrementally from the journal (the records since last time)."""
@@ -93,99 +130,6 @@ class CampaignLoop(Judging):
         return self._replayed.follow(self.journal)
 
     # -- start: identity, reconcile ----------------------------------------------------------
-    def _start(self) -> State:
-        h = campaign_hash(self.camp)
-        started = start_of(self.journal.records)
-        if started and started.get("campaign_hash") != h and not self.force:
-            old, new = started.get("campaign", {}), self.camp.record()
-            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-            raise ConfigError(f"{self.camp.folder} was written by a different campaign file (keys that differ: "
-                              f"{', '.join(diff) or 'none at top level'}); pass --force-resume to continue it anyway")
-        if not started:
-            refuse_orphaned(self.camp.folder, self.journal)
-            self.journal.append("campaign_start", campaign_hash=h, campaign=self.camp.record(),
-                                file=str(self.camp.path.resolve()), baseline=self.camp.baseline.to_dict(),
-                                baseline_identity=self.camp.baseline.key(), deadline=self.deadline_wall,
-                                simulated=self.simulated, **(self.facts() if self.facts else {}))
-            self._warm_page_cache()
-        else:
-            self.journal.append("note", text="resumed", campaign_hash=h)
-        removed = sweep_orphans(self.host, self.camp.name)
-        st = self._replay()
-        for a in st.open_arms:        # the tuner died inside this arm
-            self.journal.append("arm_end", arm=a.n, kind=a.kind, verdict="interrupted",
-                                reason="the tuner stopped mid-arm; its container was removed on resume",
-                                orphans_removed=len(removed))
-            log.warning("[arm %s VERDICT interrupted] resumed after a crash", a.n)
-        st = self._replay()
-        for a in st.finished():       # a confirmed win whose promotion the crash cut off
-            if a.change and promotes(a.kind, a.end, (a.end or {}).get("compare")) and a.incumbent == st.incumbent.key():
-                self._promote(st, a.n)
-                st = self._replay()
-        for (inc, _, _), c in st.latest_comparisons().items():     # a bracketed win the crash cut off
-            a = st.arms.get(c.get("arm"))
-            if inc == st.incumbent.key() and a is not None and a.change and promotes(a.kind, None, c):
-                self._promote(st, a.n, {k: v for k, v in c.items() if k != "arm"})
-                st = self._replay()
-        st = self._bracket(st, None)
-        self._reconcile_optuna(st)
-        return self._replay()
-
-    def _warm_page_cache(self) -> None:
-        """A new night reads its model's files once before the first boot, so that the starting
-        shape's first boot is not the only cold one (host/pagecache.py); journaled as a note."""
-        got = self.host.warm_files(model_paths(self.camp.baseline), WARM_BUDGET_S)
-        self.journal.append("note", text="page cache warmed", **got)
-        log.info("[night WARM] read %d file(s), %.1f GiB in %.0f s%s before the first boot", got.get("files", 0),
-                 got.get("bytes", 0) / 2**30, got.get("seconds", 0), "" if got.get("complete", True) else
-                 f" (stopped at the {WARM_BUDGET_S:.0f} s budget)")
-
-    def _reconcile_optuna(self, st: State) -> None:
-        self.study = sync_study(self.study, self.camp.folder / "optuna.journal", self.camp.name, st, self.choices,
-                                self.camp.levers, self.sampler, str(self.camp.search.objective))
-        running = {t.number for t in self.study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING}
-        by_trial = {a.trial: a for a in st.arms.values() if a.trial is not None}
-        for t in self.study.get_trials(deepcopy=False):
-            if t.state != TrialState.RUNNING:
-                continue
-            a = by_trial.get(t.number)
-            if a is None or a.end is None:
-                self.study.tell(t.number, state=TrialState.FAIL)       # asked, never became an arm
-        for a in st.arms.values():
-            if self._awaits_bracket(st, a) and not a.told:
-                continue                    # told once its blocks close (``_bracket``)
-            if a.end is not None and a.trial is not None and (not a.told or a.trial in running):   # a torn tell
-                self._tell(a.trial, a.end)
-                self.journal.append("told", arm=a.n, trial=a.trial)
-
-    def _tell_waiting(self, st: State, current: int | None) -> None:
-        """Tell the trials of arms that waited for a bracket and no longer do (decided, or the
-        incumbent moved on), in arm order; never the arm running now (``current``: it tells its own)."""
-        for a in st.finished():
-            if a.n != current and a.change and a.trial is not None and not a.told and a.kind in ("probe", "confirm") \
-                    and not self._awaits_bracket(st, a):
-                t = trial_of(self.study, a.trial)
-                if t is not None and t.state == TrialState.RUNNING:
-                    self._tell(a.trial, a.end)
-                    self.journal.append("told", arm=a.n, trial=a.trial)
-
-    def _tell(self, trial: int, end: dict) -> None:
-        t = trial_of(self.study, trial)
-        if t is None or t.state != TrialState.RUNNING:
-            return
-        if self.sampler is not None:            # the one-change study: its best trial is the incumbent
-            moved = next((r for r in self._replay().moves if r.get("arm") == end.get("arm")), None)
-            chained = moved is not None or end.get("kind", "baseline") == "baseline"   # else told_as ignores it
-            done = [x.value for x in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))] if chained else []
-            sampler_tell(self.study, trial, *told_as(end, moved, max(done) if done else None))
-            return
-        obj = (end.get("score") or {}).get("objective")
-        if not untrusted(end.get("verdict")) and obj is not None:
-            self.study.tell(trial, obj)
-        else:
-            self.study.tell(trial, state=TrialState.FAIL)
-
-    # -- the loop -------------------------------------------------------------------------------
     def _ask(self, p: Proposal) -> int:
         lever = p.change[0] if p.change else "(incumbent)"
         value = values.param(*p.change) if p.change else p.kind
@@ -230,36 +174,69 @@ class CampaignLoop(Judging):
         return no_result(st, boots=boots, objective=str(self.camp.search.objective), constraints=cons)
 
     def _loop(self, st: State) -> Summary:
-        arms_run = 0
-        reason = "converged: no one-change neighbour left to try"
-        nr = None
         while True:
-            if self.stop():
-                reason = "stopped"
+            step = self._atomic(self._next_arm)
+            if isinstance(step, _Stop):
                 break
-            nr = self._no_result(st)
-            if nr is not None:
-                reason = f"no result: {nr.cause}"        # the evidence line is in no_result
-                break
-            if self.deadline is not None and self.host.now() >= self.deadline:
-                reason = "deadline reached"
-                break
-            if self.max_arms is not None and len(st.arms) >= self.max_arms:
-                reason = f"arm budget of {self.max_arms} reached"
-                break
-            if self.camp.search.mode == "joint":
-                p = self._joint_proposal(st)
-            else:
-                p = propose(st, self.camp.levers, recheck_every=self.camp.search.recheck_every,
-                            confirm=self.camp.search.confirm)
-            if p is None:
-                reason = self._converged(st)
-                break
-            self._run_one(st, p)
-            arms_run += 1
+            if step is None:          # a shared campaign: nothing to give this box while others measure
+                self.host.sleep(WAIT_S)
+                continue
+            self._measure(step)
             st = self._replay()
             if self.on_arm:
-                self.on_arm(st, st.arms[st.next_n - 1].end or {})
+                self.on_arm(st, st.arms[step.n].end or {})
+        return self._atomic(lambda: self._end_night(step))
+
+    def _next_arm(self) -> "_Began | _Stop | None":
+        """Why the night (or this box) stops, or the next arm, begun (its trial asked, its start
+        journaled); None: a shared campaign whose other boxes may still make work."""
+        st = self._replay()
+        if self.fleet is not None:
+            self._sweep_silent()
+            st = self._replay()
+            end = self._ended_elsewhere(st)
+            if end is not None:
+                return _Stop(str(end.get("reason")), campaign_wide=False)
+        if self.stop():
+            return _Stop("stopped", campaign_wide=self.fleet is None)
+        nr = self._no_result(st)
+        if nr is not None:
+            return _Stop(f"no result: {nr.cause}", nr)        # the evidence line is in no_result
+        if self.deadline is not None and self.host.now() >= self.deadline:
+            return _Stop("deadline reached")
+        if self.max_arms is not None and len(st.arms) >= self.max_arms:
+            return _Stop(f"arm budget of {self.max_arms} reached")
+        if self.camp.search.mode == "joint":
+            p = self._joint_proposal(st)
+        else:
+            p = propose(st, self.camp.levers, recheck_every=self.camp.search.recheck_every,
+                        confirm=self.camp.search.confirm, box=self.box)
+        if p is None:
+            if self.fleet is not None and any(a.box != self.box for a in st.open_arms):
+                return None
+            return _Stop(self._converged(st))
+        return self._begin(st, p)
+
+    def _ended_elsewhere(self, st: State) -> dict | None:
+        """A shared campaign's end journaled by another box since this one joined."""
+        end = st.ended
+        return end if end is not None and end.get("seq", -1) > self._joined else None
+
+    def _end_night(self, stop: "_Stop") -> Summary:
+        """The night's end: every trial told and ``campaign_end`` journaled — on a shared
+        campaign only by the last box measuring (the others journal that they are done)."""
+        st = self._replay()
+        reason, nr = stop.reason, stop.no_result
+        if self.fleet is not None:
+            busy = [a.n for a in st.open_arms if a.box != self.box]
+            ended = self._ended_elsewhere(st)
+            if ended is not None or not stop.campaign_wide or busy:
+                self.journal.append("note", text="box done", box=self.box, reason=reason,
+                                    **({"measuring": busy} if busy else {}))
+                log.info("[box %s END] %s%s", self.box, reason, f"; boxes still measuring arms {busy}" if busy else "")
+                end = ended or {}
+                return Summary(str(end.get("reason") or reason), len(st.arms), st.incumbent.key(), st.incumbent_value,
+                               len(st.moves), end.get("verdict"), nr)
         self._tell_waiting(st, None)    # the night ends: every trial told (a win still waiting for its
         for a in st.finished():         # bracket is not a move)
             if a.trial is not None and not a.told and self._awaits_bracket(st, a):
@@ -270,7 +247,7 @@ class CampaignLoop(Judging):
                             incumbent=st.incumbent.to_dict() if st.incumbent else None, verdict=verdict,
                             error_rate=self.error_rate, undecided=self._undecided(st),
                             judged=st.judged(self.camp.search.min_effect),
-                            **({"no_result": nr.to_dict()} if nr else {}))
+                            **({"no_result": nr.to_dict()} if nr else {}), **({"box": self.box} if self.box else {}))
         log.info("[campaign END] %s after %d arms%s", reason, len(st.arms), f" — {verdict}" if verdict else "")
         return Summary(reason, len(st.arms), st.incumbent.key(), st.incumbent_value,
                        len(st.moves), verdict, nr)
@@ -316,7 +293,9 @@ class CampaignLoop(Judging):
             shape = shape.with_change(name, values.from_choice(name, lever.values, trial.params[name]))
         return trial.number, shape, dict(trial.params)
 
-    def _run_one(self, st: State, p: Proposal) -> None:
+    def _begin(self, st: State, p: Proposal) -> "_Began":
+        """Ask the study for arm ``p``'s trial and journal its start (one transaction of a shared
+        campaign: no other box can be given the same arm number or the same challenger)."""
         n = st.next_n
         shape = self.camp.baseline if p.kind == "start" else apply(st.incumbent, p.change)
         params = None
@@ -324,56 +303,83 @@ class CampaignLoop(Judging):
             trial, shape, params = self._ask_joint()
         else:
             trial = self._ask(p)
+        self._asked = trial                  # until its arm_start is committed (``_forget``)
         crashpoint("asked", n)
         self.journal.append("arm_start", arm=n, kind=p.kind, shape=shape.to_dict(), identity=shape.key(),
                             change=[p.change[0], values.encode(p.change[1])] if p.change else None,
                             incumbent=st.incumbent.key(), trial=trial, why=p.why,
                             judged=st.judged(self.camp.search.min_effect),   # what it is judged against
-                            **({"params": params} if params else {}))
+                            **({"params": params} if params else {}), **({"box": self.box} if self.box else {}))
         log.info("[arm %d START %s] %s — %s", n, p.kind,
                  f"{p.change[0]} -> {values.text(p.change[1])}" if p.change else "the incumbent", p.why)
         crashpoint("started", n)
+        ref = self._reference_arm(st)
+        return _Began(n, p, shape, trial, st.incumbent, ref, self._incumbent_depths(st, ref), st.band,
+                      None if p.kind == "start" else self._incumbent_score(st), self._extender(st, p, shape, n))
+
+    def _measure(self, b: "_Began") -> None:
+        """Boot and measure arm ``b`` (holding nothing: other boxes go on), then judge it."""
+        p, n = b.p, b.n
+        self._asked = None                   # its start is journaled: the trial is the arm's
+        crashpoint("measuring", n)          # its start is journaled (committed, on a shared campaign)
         numerics = self.camp.levers[p.change[0]].numerics if p.change else "preserving"
-        if p.kind == "joint" and any(lv.numerics == "changing" and shape.value_of(name) != self.camp.baseline.value_of(name)
+        if p.kind == "joint" and any(lv.numerics == "changing" and b.shape.value_of(name) != self.camp.baseline.value_of(name)
                                      for name, lv in self.camp.levers.items()):
             numerics = "changing"
-        inc_depths = self._incumbent_depths(st)
-        band = st.band
-        inc_score = None if p.kind == "start" else self._incumbent_score(st)
         try:
-            rec = self.runner.run(n, shape, kind=p.kind, change=p.change, numerics=numerics, incumbent=inc_score,
-                                  incumbent_depths=inc_depths, band=band, reference_arm=st.incumbent_arm,
-                                  extend=self._extender(st, p, shape, n))
+            rec = self.runner.run(n, b.shape, kind=p.kind, change=p.change, numerics=numerics, incumbent=b.inc_score,
+                                  incumbent_depths=b.inc_depths, band=b.band, reference_arm=b.reference,
+                                  extend=b.extend)
         except (KeyboardInterrupt, SystemExit):
-            self.journal.append("arm_end", arm=n, kind=p.kind, verdict="interrupted", reason="signal")
-            log.warning("[arm %d VERDICT interrupted] a signal stopped the tuner mid-arm", n)
-            self._tell(trial, {"verdict": "interrupted"})
-            self.journal.append("told", arm=n, trial=trial)
-            self.journal.append("campaign_end", reason="interrupted by a signal", arms=n + 1)
+            self._atomic(lambda: self._interrupted(b))
             raise
+        self._atomic(lambda: self._end_arm(b, dict(rec)))
+
+    def _interrupted(self, b: "_Began") -> None:
+        n = b.n
+        self.journal.append("arm_end", arm=n, kind=b.p.kind, verdict="interrupted", reason="signal",
+                            **({"box": self.box} if self.box else {}))
+        log.warning("[arm %d VERDICT interrupted] a signal stopped the tuner mid-arm", n)
+        self._tell(b.trial, {"verdict": "interrupted"})
+        self.journal.append("told", arm=n, trial=b.trial)
+        if self.fleet is None:
+            self.journal.append("campaign_end", reason="interrupted by a signal", arms=n + 1)
+        else:                           # one box stopped: the campaign goes on on the others
+            self.journal.append("note", text="box done", box=self.box, reason="interrupted by a signal")
+
+    def _end_arm(self, b: "_Began", rec: dict) -> None:
+        """Arm ``b``'s comparison, verdict, and the incumbent's move when it won (one transaction
+        of a shared campaign: the incumbent changes in one place). A challenger whose incumbent
+        moved while it measured (another box promoted) is judged against the incumbent it was
+        begun at, and cannot promote."""
+        p, n, shape, trial = b.p, b.n, b.shape, b.trial
+        st = self._replay()
+        inc = b.incumbent
+        moved = st.incumbent_key != inc.key()
         cmp = look = None
         needed = needs_comparison(p.kind, p.change, rec, self._comparable())
         if needed:
-            cmp, look = self._compare(st, shape, rec.get("measurement"), arm=n)
+            cmp, look = self._compare(st, shape, rec.get("measurement"), arm=n, against=inc if moved else None)
         rec = settle(rec, cmp, required=needed)     # the arm's final verdict: one place (tuner.night.verdict)
-        self.journal.append("arm_end", **{k: v for k, v in rec.items() if k != "arm"}, arm=n)
+        self.journal.append("arm_end", **{k: v for k, v in rec.items() if k != "arm"}, arm=n,
+                            **({"box": self.box} if self.box else {}))
         log_verdict(n, rec, p.change)          # once, after the comparison (its interval in the line)
         if cmp is not None:
-            self.journal.append("compare", arm=n, incumbent=st.incumbent.key(), look=look,
+            self.journal.append("compare", arm=n, incumbent=inc.key(), look=look,
                                 change=[p.change[0], values.encode(p.change[1])], comparison=cmp.to_dict())
-        elif self._comparable() and (p.kind == "start" or p.kind == "recheck" and st.starts_at(st.incumbent.key())):
+        elif self._comparable() and not moved and (p.kind == "start" or p.kind == "recheck" and st.starts_at(inc.key())):
             st2 = self._replay()
             h2h, _ = self._compare(st2, st2.incumbent, None, against=self.camp.baseline)
             if h2h is not None:
-                self.journal.append("compare", arm=n, incumbent=st.incumbent.key(), change=None, kind="head-to-head",
+                self.journal.append("compare", arm=n, incumbent=inc.key(), change=None, kind="head-to-head",
                                     comparison=h2h.to_dict())
                 log.info("[arm %d HEAD-TO-HEAD] incumbent vs the starting shape: %s", n, h2h.interval_text())
         crashpoint("ended", n)
         if p.kind == "joint" and rec.get("verdict") == "better":       # joint mode: the best so far, no confirmation
             self.journal.append("incumbent", arm=n, shape=shape.to_dict(), identity=shape.key(), score=rec["score"],
-                                samples=[rec["score"]["objective"]], change=None, previous=st.incumbent.key(),
+                                samples=[rec["score"]["objective"]], change=None, previous=inc.key(),
                                 confirmed_arms=[n])
-        if promotes(p.kind, rec, rec.get("compare") if cmp is not None else None):
+        if not moved and promotes(p.kind, rec, rec.get("compare") if cmp is not None else None):
             self._promote(self._replay(), n)
             crashpoint("incumbent", n)
         elif cmp is None:
@@ -409,11 +415,45 @@ class CampaignLoop(Judging):
             return None
         return Score(sc.feasible, sc.violation, st.incumbent_value)
 
-    def _incumbent_depths(self, st: State) -> dict | None:
-        if st.incumbent_arm is None:
+    def _reference_arm(self, st: State) -> int | None:
+        """The incumbent's arm a challenger's outputs and depths are checked against: the one that
+        made it incumbent, or on a shared campaign this box's latest measured boot of it (its
+        files are in this box's folder)."""
+        if self.fleet is None:
+            return st.incumbent_arm
+        mine = [a.n for a in st.finished() if a.box == self.box and a.key == st.incumbent_key
+                and ((a.end or {}).get("measurement") or {}).get("outcome") == "measured"]
+        return mine[-1] if mine else st.incumbent_arm
+
+    def _incumbent_depths(self, st: State, arm: int | None = None) -> dict | None:
+        arm = st.incumbent_arm if arm is None else arm
+        if arm is None:
             return None
-        end = st.arms[st.incumbent_arm].end or {}
+        end = st.arms[arm].end or {}
         return (end.get("measurement") or {}).get("depths")
+
+
+@dataclass(frozen=True)
+class _Began:
+    """An arm journaled as started, with what its measurement is judged against."""
+    n: int
+    p: Proposal
+    shape: object
+    trial: int
+    incumbent: object               # the incumbent Shape it was begun at
+    reference: int | None           # the incumbent arm its outputs are checked against
+    inc_depths: dict | None
+    band: object
+    inc_score: Score | None
+    extend: object
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """Why the loop stops; ``campaign_wide``: the night ends (not only this box's part of it)."""
+    reason: str
+    no_result: NoResult | None = None
+    campaign_wide: bool = True
 
 
 __all__ = ["CampaignLoop", "Summary", "campaign_hash", "deadline_from"]

@@ -62,7 +62,7 @@ class JournalRead:
                            "aside to start this campaign afresh")
 
 
-def _why_damaged(line: bytes) -> tuple[str, dict | None]:
+def why_damaged(line: bytes) -> tuple[str, dict | None]:
     if b"\0" in line:
         return "NUL bytes (a power loss mid-write?)", None
     try:
@@ -83,7 +83,7 @@ def parse(data: bytes, path: Path) -> JournalRead:
     for n, line in enumerate(data[:cut].split(b"\n")[:-1], 1):
         if not line.strip():
             continue
-        why, rec = _why_damaged(line)
+        why, rec = why_damaged(line)
         if rec is None:
             out.damaged.append(Damage(n, why, line.decode("utf-8", "backslashreplace")))
         else:
@@ -102,14 +102,81 @@ def read_journal(path: Path, *, warn: bool = True) -> JournalRead:
     return got
 
 
+SHARED = "shared.json"           # a shared campaign's folder: where its record is (tuner/night/shared.py)
+_URLS: dict[Path, str] = {}      # shared campaign folder -> the storage URL its YAML gave (with its password)
+
+
 def folder_of(arg: str | Path) -> Path:
-    """A campaign folder given as itself, or as the campaign YAML file that writes to it."""
+    """A campaign folder given as itself, or as the campaign YAML file that writes to it (a shared
+    campaign's: the folder its boxes' folders are in)."""
     p = Path(arg)
     if p.is_dir():
         return p
     from tuner.night.campaign import load_campaign
 
-    return load_campaign(str(arg)).folder
+    camp = load_campaign(str(arg))
+    if camp.shared:
+        _URLS[camp.folder.resolve()] = camp.storage.url
+    return camp.folder
+
+
+def shared_of(folder: Path) -> dict | None:
+    """A shared campaign folder's ``shared.json`` ({storage, campaign}, no password), or None."""
+    try:
+        d = json.loads((Path(folder) / SHARED).read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and d.get("storage") and d.get("campaign") else None
+
+
+def mark_shared(folder: Path, url: str, campaign: str) -> None:
+    """Write ``shared.json`` (a box does, when it joins): readers of the folder find the record
+    (``url`` without its password)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    tmp = Path(folder) / (SHARED + ".tmp")
+    tmp.write_text(json.dumps({"storage": url, "campaign": campaign}) + "\n")
+    os.replace(tmp, Path(folder) / SHARED)
+
+
+def _shared_query(folder: Path, sql: str) -> list[tuple]:
+    import psycopg2
+
+    from tuner.night.storage import dsn
+
+    mark = shared_of(folder) or {}
+    url = _URLS.get(Path(folder).resolve()) or mark.get("storage")
+    try:
+        with psycopg2.connect(dsn(url), connect_timeout=10) as conn, conn.cursor() as cur:
+            cur.execute(sql, (mark.get("campaign"),))
+            return cur.fetchall()
+    except psycopg2.Error as e:
+        from tuner.night.storage import safe_url
+
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"{folder}: the shared campaign's storage {safe_url(url)} cannot be read ({first}); "
+                          "give the campaign YAML, or set PGPASSWORD") from None
+
+
+def shared_boxes(folder: Path) -> list[dict]:
+    """A shared campaign's boxes as its database has them: name, host, last heartbeat and when it
+    left (None: it has not said so), on the database's clock (``now``)."""
+    rows = _shared_query(folder, "SELECT box, host, heartbeat, left_at, extract(epoch from clock_timestamp()) "
+                                 "FROM tuner_boxes WHERE campaign = %s ORDER BY box")
+    return [{"box": b, "host": h, "heartbeat": hb, "left": left, "now": float(now)} for b, h, hb, left, now in rows]
+
+
+def shared_records(folder: Path) -> list[dict]:
+    """A shared campaign's records, read from its database (never written): the URL its YAML gave,
+    or ``shared.json``'s with the password from PGPASSWORD / ~/.pgpass."""
+    rows = _shared_query(folder, "SELECT seq, line FROM tuner_records WHERE campaign = %s ORDER BY seq")
+    out = []
+    for seq, line in rows:
+        why, rec = why_damaged(line.encode())
+        if rec is None:
+            log.warning("[journal] shared record %d skipped: %s", seq, why)
+        else:
+            out.append(rec)
+    return out
 
 
 def read_records(path: Path) -> list[dict]:
@@ -127,14 +194,15 @@ def read_records(path: Path) -> list[dict]:
 def campaign_folder(arg: str | Path) -> Path:
     """A campaign folder, or the folder a campaign YAML file writes to (as `tuner status`)."""
     folder = folder_of(arg)
-    if not (folder / "journal.jsonl").exists():
+    if not (folder / "journal.jsonl").exists() and shared_of(folder) is None:
         raise ConfigError(f"{folder} holds no journal.jsonl: give a campaign folder such as journal/<name> "
                           "(the campaign has not run yet?)")
     return folder
 
 
 def load_records(folder: Path) -> list[dict]:
-    records = read_records(Path(folder) / "journal.jsonl")
+    shared = shared_of(folder) is not None and not (Path(folder) / "journal.jsonl").exists()
+    records = shared_records(folder) if shared else read_records(Path(folder) / "journal.jsonl")
     if not any(r.get("op") == "campaign_start" for r in records):
         raise ConfigError(f"{Path(folder) / 'journal.jsonl'} has no campaign_start record: not a campaign journal")
     return records

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from arms.boot import BootLimits
 from arms.errors import ConfigError
@@ -116,6 +116,27 @@ class ConstraintsModel(_Model):
     min_slots: PosInt | None = None
 
 
+class Storage(_Model):
+    """A shared campaign (tuner/night/shared.py): several boxes, one record in PostgreSQL."""
+    url: str = Field(description="postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE (a password is better in "
+                                 "PGPASSWORD or ~/.pgpass)")
+    grace_s: PosFloat = Field(120.0, description="a box silent this long: its open arm is interrupted")
+    heartbeat_s: PosFloat = Field(10.0, description="how often a box says it is alive")
+    wait_s: Annotated[float, Field(ge=0)] = Field(900.0, description="how long a box waits for a database "
+                                                                     "that went away before it stops")
+    mixed_hardware: bool = Field(False, description="allow boxes whose host fingerprints differ")
+
+    @field_validator("url")
+    @classmethod
+    def _postgres(cls, v: str) -> str:
+        from tuner.night.storage import SCHEMES, safe_url
+
+        scheme = v.split("://", 1)[0] if "://" in v else ""
+        if scheme not in SCHEMES or not v.split("://", 1)[1].strip("/"):
+            raise ValueError(f"a postgresql:// URL (postgresql://USER@HOST:PORT/DATABASE), not {safe_url(v)!r}")
+        return v
+
+
 class Budget(_Model):
     until: Any = Field(None, description='local time of day "HH:MM" (quoted), next occurrence')
     timezone: str | None = Field(None, description="IANA zone for until (default: this host's)")
@@ -170,6 +191,13 @@ class CampaignModel(_Model):
     noise: Noise = Field(default_factory=Noise)
     search: Literal["one-change", "joint"] = "one-change"
     production: ProductionModel | None = None
+    storage: Storage | None = Field(None, description="a shared campaign's database (a URL, or {url, grace_s, "
+                                                       "...}); default: the journal files in the campaign folder")
+
+    @field_validator("storage", mode="before")
+    @classmethod
+    def _storage_url(cls, v):
+        return {"url": v} if isinstance(v, str) else v
 
 
 def json_schema() -> dict:

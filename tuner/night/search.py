@@ -189,14 +189,15 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
     return out
 
 
-def reexamine(state: State, levers: dict[str, Lever], cap: int) -> tuple[str, object, str] | None:
+def reexamine(state: State, levers: dict[str, Lever], cap: int,
+              busy: set | frozenset = frozenset()) -> tuple[str, object, str] | None:
     """The decided or undecided challenger at this incumbent whose interval still reaches above
     zero with the most gain left to show (``expected_gain`` above what it could still prove),
     while it has fewer than ``cap`` boots."""
     inc_key = state.incumbent.key()
     best = None
     for (k, name, vt), c in latest_comparisons(state).items():
-        if k != inc_key or name not in levers or c["boots"][0] >= cap or c["hi"] <= 0:
+        if k != inc_key or name not in levers or c["boots"][0] >= cap or c["hi"] <= 0 or (name, vt) in busy:
             continue
         value = next((v for v in levers[name].values if values.text(v) == vt), None)
         worth = expected_gain(c["effect"], c["se"], provable(c))
@@ -237,54 +238,82 @@ def promising(c: dict) -> bool:
         and math.log1p(eff) > PROMISING_Z * se and eff > provable({**c, "se": se})
 
 
-def _pending_bracket(state: State) -> Proposal | None:
+def _pending_bracket(state: State, box: str | None = None) -> Proposal | None:
     """A recheck when a challenger at this incumbent reads better (``promising``) on two boots or
     more but some of its boots have no incumbent boot after them yet (an open block,
     tuner/night/blocks.py): the incumbent's next boot closes them (A B B A) and the loop judges the
     challenger again (``CampaignLoop._bracket``). Asked once per challenger boot: a recheck that
-    already ran after it (and could not close the block: it failed to boot) is not repeated."""
+    already ran after it (and could not close the block: it failed to boot) is not repeated. On a
+    shared campaign (``box``) only a boot on the challenger's own box closes its block: the box
+    whose boot it was asks."""
     inc = state.incumbent.key()
-    last_recheck = max((a.n for a in state.finished() if a.kind == "recheck" and a.key == inc), default=-1)
+    last_recheck = max((a.n for a in state.finished() if a.kind == "recheck" and a.key == inc
+                        and (box is None or a.box == box)), default=-1)
     for (k, _, _), c in state.latest_comparisons().items():
         if k == inc and c.get("open") and promising(c) and (c.get("boots") or [0])[0] >= 2 \
-                and (c.get("arm") or -1) > last_recheck:
+                and (c.get("arm") or -1) > last_recheck and (box is None or _opens_on(state, c, box)):
             return Proposal("recheck", why=f"bracket arm {c.get('arm')}: it reads better, but {c['open']} of its "
                                            "boots have no incumbent boot after them yet")
     return None
 
 
+def _opens_on(state: State, c: dict, box: str) -> bool:
+    """Whether one of comparison ``c``'s open blocks is a boot of ``box``."""
+    for b in c.get("blocks") or []:
+        a = state.arms.get(b.get("boot"))
+        if not b.get("closed") and a is not None and a.box == box:
+            return True
+    return False
+
+
+def in_flight(state: State, box: str | None) -> set[tuple[str, str]]:
+    """(lever, value text) of the challengers other boxes are running now at this incumbent: a
+    shared campaign never gives the same arm to two boxes."""
+    inc = state.incumbent_key
+    return {(a.change[0], values.text(a.change[1])) for a in state.open_arms
+            if a.change and a.box != box and a.incumbent == inc}
+
+
 def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, confirm: bool = True,
-            spend: bool = True) -> Proposal | None:
+            spend: bool = True, box: str | None = None) -> Proposal | None:
+    """The next arm. ``box``: the box asking, on a shared campaign (tuner/night/shared.py): the
+    starting shape, the incumbent's re-measures and a bracket are its own (its comparisons are
+    blocked by box), and what another box runs now is not given again."""
     done = state.finished()                    # in arm order
-    if not any(a.kind == "baseline" and a.verdict not in (None, Verdict.INTERRUPTED) for a in done):
-        return Proposal("baseline", why="measure the starting shape")
-    if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, Verdict.INTERRUPTED) for a in done):
+    mine = done if box is None else [a for a in done if a.box == box]
+    busy = in_flight(state, box) if box is not None else set()
+    if not any(a.kind == "baseline" and a.verdict not in (None, Verdict.INTERRUPTED) for a in mine) \
+            and (box is None or state.incumbent_key == state.baseline.key()):
+        return Proposal("baseline", why="measure the starting shape" + (" on this box" if box else ""))
+    if box is not None and state.incumbent_boots(box) < 2:
+        return Proposal("recheck", why="this box's own boots of the incumbent: its comparisons are blocked by box")
+    if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, Verdict.INTERRUPTED) for a in mine):
         return Proposal("recheck", why="re-measure the starting shape at once: the first noise estimate")
     if confirm:
         p = _pending_confirm(state, done)
-        if p is not None:
+        if p is not None and (p.change[0], values.text(p.change[1])) not in busy:
             return p
-    p = _pending_bracket(state)
+    p = _pending_bracket(state, box)
     if p is not None:
         return p
-    if recheck_every and state.arms_since_incumbent_measure() >= recheck_every:
+    if recheck_every and state.arms_since_incumbent_measure(box) >= recheck_every:
         return Proposal("recheck", why=f"re-measure the incumbent every {recheck_every} arms (noise band)")
-    cands = candidates(state, levers)
+    cands = [c for c in candidates(state, levers) if (c[1], values.text(c[2])) not in busy]
     if cands:
         _, name, value, why = cands[0]
         return Proposal("probe", (name, value), why=why)
     if not spend:
         return None
-    r = reexamine(state, levers, REEXAMINE_CAP)
+    r = reexamine(state, levers, REEXAMINE_CAP, busy)
     if r is not None:
         return Proposal("probe", (r[0], r[1]), why=r[2])
     if state.incumbent != state.baseline:
         starts = sum(1 for a in state.starts_at(state.incumbent.key()) if a.verdict not in (None, Verdict.INTERRUPTED))
         if starts < HEAD_TO_HEAD:
-            if state.arms_since_incumbent_measure() >= 1 and starts > 0:
+            if state.arms_since_incumbent_measure(box) >= 1 and starts > 0:
                 return Proposal("recheck", why="head-to-head against the starting shape: the incumbent's turn")
             return Proposal("start", why=f"head-to-head: the starting shape, boot {starts + 1} of {HEAD_TO_HEAD}")
-    r = reexamine(state, levers, 4 * REEXAMINE_CAP)
+    r = reexamine(state, levers, 4 * REEXAMINE_CAP, busy)
     if r is not None:
         return Proposal("probe", (r[0], r[1]), why=r[2])
     return None

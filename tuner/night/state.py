@@ -48,6 +48,11 @@ class Arm:
         return (self.end or {}).get("verdict")
 
     @property
+    def box(self) -> str | None:
+        """The box that ran it (None on a campaign of one box: tuner/night/shared.py)."""
+        return self.start.get("box")
+
+    @property
     def score(self) -> Score | None:
         s = (self.end or {}).get("score")
         return Score(s["feasible"], s["violation"], s["objective"]) if s else None
@@ -163,9 +168,31 @@ class State:
                 out.setdefault(a.key, []).append((a.n, a.end["t"] / 3600.0, m))
         return out
 
-    def arms_since_incumbent_measure(self) -> int:
+    def arms_since_incumbent_measure(self, box: str | None = None) -> int:
+        """Finished arms since the incumbent was last booted; ``box``: counted on that box only
+        (a shared campaign: each box measures its own incumbent boots, tuner/night/shared.py)."""
+        if box is not None:
+            n = 0
+            for a in reversed(self._done):
+                if a.box != box:
+                    continue
+                if a.kind in MEASURES and a.key == self.incumbent_key:
+                    return n
+                n += 1
+            return n
         last = self._last_measure.get(self.incumbent_key)
         return len(self._done_n) - (0 if last is None else bisect.bisect_right(self._done_n, last))
+
+    def incumbent_boots(self, box: str | None) -> int:
+        """Measured boots of the incumbent on ``box``, finished or running now (a box's first
+        arms at an incumbent are its own boots of it: its comparisons are blocked by box)."""
+        n = 0
+        for a in self.arms.values():
+            if a.box == box and a.key == self.incumbent_key and a.kind in MEASURES and \
+                    (a.end is None or ((a.end.get("measurement") or {}).get("outcome") == "measured"
+                                       and a.verdict != Verdict.CORRUPT)):
+                n += 1
+        return n
 
     # -- the indexes ----------------------------------------------------------------------------
     def _started(self, a: Arm, replaced: Arm | None = None) -> None:

@@ -28,7 +28,18 @@ log = logging.getLogger("tuner.study")
 
 
 
-def _storage(path: Path):
+def is_url(path) -> bool:
+    """Whether the study lives in a database (a shared campaign's ``storage:``) rather than a file."""
+    return isinstance(path, str) and "://" in path
+
+
+def _storage(path):
+    if is_url(path):                 # a shared campaign (tuner/night/shared.py): psycopg2, a small pool
+        from optuna.storages import RDBStorage
+
+        from tuner.night.storage import sqlalchemy_url
+        return RDBStorage(sqlalchemy_url(path), engine_kwargs={"pool_size": 2, "max_overflow": 2,
+                                                                "pool_pre_ping": True})
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -71,8 +82,11 @@ def _create(path: Path, name: str, sampler=None, metric: str | None = None, load
     return study
 
 
-def open_study(path: Path, name: str, sampler=None, metric: str | None = None) -> optuna.Study:
-    """The campaign's study (``sampler``: the search policy; ``metric``: the objective's name)."""
+def open_study(path, name: str, sampler=None, metric: str | None = None) -> optuna.Study:
+    """The campaign's study (``sampler``: the search policy; ``metric``: the objective's name);
+    ``path``: its journal file, or a shared campaign's database URL."""
+    if is_url(path):
+        return _create(path, name, sampler, metric)
     path = Path(path)
     repair_tail(path)
     why = _loadable(path)
@@ -167,6 +181,10 @@ def sync_study(study: optuna.Study, path: Path, name: str, st: State, choices: l
     why = _mismatch(study, st, choices, levers)
     if why is None:
         return study
+    if is_url(path):                 # a shared study: rebuilt in place (the caller holds the campaign's lock)
+        log.warning("[study] the shared study %s disagrees with the arm journal (%s): rebuilt", name, why)
+        optuna.delete_study(study_name=name, storage=_storage(path))
+        return rebuild(path, name, st, choices, levers, sampler, metric)
     path = Path(path)
     if path.exists():
         set_aside(path, f"it disagrees with the arm journal ({why})")

@@ -49,6 +49,10 @@ def _message(err: dict, key: str) -> str:
         return "unknown key" + (f"; did you mean '{near[0]}'?" if near else "") + \
             (f" (known: {', '.join(known)})" if known else "")
     msg = re.sub(r"^Input should", "should", err["msg"])
+    if key.startswith("storage") and isinstance(got, str):       # a URL's password is never printed
+        from tuner.night.storage import safe_url
+
+        got, msg = safe_url(got), msg.replace(got, safe_url(got))
     got_text = f"{got!r}" if not isinstance(got, (dict, list)) else type(got).__name__
     hint = _HINTS.get(kind)
     if kind == "string_pattern_mismatch" and key == "name":

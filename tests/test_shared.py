@@ -1,0 +1,260 @@
+"""A shared campaign on a real PostgreSQL (tuner/night/shared.py): several simulated boxes, one
+record, one study — every arm run once, one incumbent chain, comparisons blocked by box, a
+database restarted mid-night, a silent box's arm interrupted; bad storage refused in one line."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import psycopg2
+import pytest
+import yaml
+
+from host.pgserver import free_port
+from simengine.landscape import DEFAULT_LANDSCAPE
+from tuner.night.campaign import load_campaign
+from tuner.night.shared import Fleet
+from tuner.night.storage import safe_url
+from tuner.night.simfleet import run_fleet
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def campaign_file(tmp: Path, name: str, url: str | None = None, max_arms: int = 30, **extra) -> Path:
+    raw = yaml.safe_load((REPO / "examples" / "sim-campaign.yaml").read_text())
+    raw.pop("production", None)
+    raw["name"] = name
+    raw["journal"] = str(tmp / "journal")
+    raw["baseline"]["compile_cache"] = str(tmp / "compile-cache")
+    raw["budget"] = {"max_arms": max_arms}
+    if url:
+        raw["storage"] = url
+    raw.update(extra)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def records(url: str, campaign: str) -> list[dict]:
+    with psycopg2.connect(url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT line FROM tuner_records WHERE campaign = %s ORDER BY seq", (campaign,))
+        return [json.loads(line) for (line,) in cur.fetchall()]
+
+
+def trials(url: str, campaign: str) -> list[optuna.trial.FrozenTrial]:
+    storage = optuna.storages.RDBStorage("postgresql+psycopg2://" + url.split("://", 1)[1])
+    return optuna.load_study(study_name=campaign, storage=storage).get_trials(deepcopy=False)
+
+
+def check_consistent(url: str, name: str, orphans: int = 0) -> list[dict]:
+    """Every arm started once and ended once, by one box; the study's trials are the arms' (but at
+    most ``orphans`` asked in a transaction a database restart cut, failed); the incumbent moves
+    form one chain from the baseline."""
+    recs = records(url, name)
+    starts = [r for r in recs if r["op"] == "arm_start"]
+    ends = [r for r in recs if r["op"] == "arm_end"]
+    assert [r["seq"] for r in recs] == list(range(len(recs)))
+    assert len({r["arm"] for r in starts}) == len(starts), "an arm number given twice"
+    assert Counter(r["arm"] for r in ends) == Counter(r["arm"] for r in starts), "an arm lost or ended twice"
+    assert all(r.get("box") for r in starts)
+    ts = trials(url, name)
+    mine = sorted(r["trial"] for r in starts)
+    assert len(set(mine)) == len(mine) and set(mine) <= {t.number for t in ts}, "an arm's trial is not in the study"
+    extra = [t for t in ts if t.number not in set(mine)]
+    assert len(extra) <= orphans and all(t.state == optuna.trial.TrialState.FAIL for t in extra), extra
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in ts)
+    start = next(r for r in recs if r["op"] == "campaign_start")
+    prev = start["baseline_identity"]
+    for m in (r for r in recs if r["op"] == "incumbent"):
+        assert m["previous"] == prev, "two incumbent moves from one incumbent"
+        prev = m["identity"]
+    return recs
+
+
+def test_three_simulated_boxes_share_one_campaign(tmp_path, pg, monkeypatch):
+    path = campaign_file(tmp_path, "fleet3")
+    runs = run_fleet(path, pg.url, {"a": 1.0, "b": 1.03, "c": 0.97}, landscape=DEFAULT_LANDSCAPE, max_arms=30)
+    assert all(r.error is None for r in runs.values()), {b: r.error for b, r in runs.items()}
+    recs = check_consistent(pg.url, "fleet3")
+    starts = [r for r in recs if r["op"] == "arm_start"]
+    assert len(starts) == 30
+    by_box = Counter(r["box"] for r in starts)
+    assert set(by_box) == {"a", "b", "c"} and min(by_box.values()) >= 8, by_box
+    assert sum(r["op"] == "campaign_end" for r in recs) == 1          # ended once, by the last box measuring
+    # each box measured the incumbent itself before its first challenger
+    for box in "abc":
+        mine = [r for r in starts if r["box"] == box]
+        assert [r["kind"] for r in mine[:2]] in (["baseline", "recheck"], ["recheck", "recheck"]), mine[:2]
+    # at one incumbent, no challenger was given to two boxes at once: its boots never overlap
+    spans = {r["arm"]: [r["seq"], None] for r in starts}
+    for r in recs:
+        if r["op"] == "arm_end":
+            spans[r["arm"]][1] = r["seq"]
+    for a in starts:
+        for b in starts:
+            if a["arm"] < b["arm"] and a["change"] and a["change"] == b["change"] and a["incumbent"] == b["incumbent"]:
+                assert spans[a["arm"]][1] < spans[b["arm"]][0], f"arms {a['arm']} and {b['arm']} ran at once"
+    # the boxes' own folders hold their own arms' artefacts
+    folder = load_campaign(str(path)).folder
+    for r in starts:
+        assert (folder / r["box"] / "arms" / f"{r['arm']:04d}").is_dir()
+    # the morning reads the shared campaign from its folder: which box ran what, the box spread
+    from tuner.morning.report import write_report
+    from tuner.morning.status import status_data
+
+    assert pg.password not in (folder / "shared.json").read_text()
+    monkeypatch.setenv("PGPASSWORD", pg.password)        # a reader given the folder: libpq's own password
+    md = write_report(folder)
+    section = md[md.index("## Boxes"):]
+    section = section[:section.index("\n## ", 5)]
+    for box in "abc":
+        assert f"| {box} | {by_box[box]} |" in section, section
+    assert "Measured box spread:" in section
+    d = status_data(folder)
+    assert d["arms"] == 30 and d["state"] == "ended" and [b["box"] for b in d["boxes"]] == ["a", "b", "c"]
+    assert [b["arms"] for b in d["boxes"]] == [by_box[b] for b in "abc"]
+
+
+def test_comparisons_are_blocked_by_box(tmp_path, pg):
+    path = campaign_file(tmp_path, "blocked", max_arms=24)
+    run_fleet(path, pg.url, {"a": 1.05, "b": 0.95}, landscape=DEFAULT_LANDSCAPE, max_arms=24)
+    recs = records(pg.url, "blocked")
+    box = {r["arm"]: r["box"] for r in recs if r["op"] == "arm_start"}
+    blocks = [b for r in recs if r["op"] == "compare" and r.get("change") for b in r["comparison"].get("blocks", [])]
+    assert blocks, "no blocked comparison in the night"
+    for b in blocks:
+        assert b["ref"] and all(box[x] == box[b["boot"]] for x in b["ref"]), b
+
+
+def test_the_night_rides_out_a_database_restart(tmp_path, pg):
+    path = campaign_file(tmp_path, "restart", max_arms=24)
+    restarted = []
+
+    def on_arm(box, st, end):
+        if len(st.arms) >= 8 and not restarted:
+            restarted.append(box)
+            pg.restart()                 # every box's connection is cut; the next transaction waits and reruns
+
+    runs = run_fleet(path, pg.url, {"a": 1.0, "b": 1.0, "c": 1.0}, landscape=DEFAULT_LANDSCAPE, max_arms=24,
+                     on_arm=on_arm)
+    assert restarted
+    assert all(r.error is None for r in runs.values()), {b: r.error for b, r in runs.items()}
+    recs = check_consistent(pg.url, "restart")
+    assert sum(r["op"] == "arm_start" for r in recs) == 24
+
+
+def test_a_silent_box_has_its_arm_interrupted_and_its_trial_failed(tmp_path, pg):
+    path = campaign_file(tmp_path, "silent", max_arms=14)
+    camp = load_campaign(str(path))
+    run_fleet(path, pg.url, {"a": 1.0}, landscape=DEFAULT_LANDSCAPE, max_arms=6)
+    # box "gone" began arm 6 and died: its trial RUNNING, its heartbeat an hour old
+    study = optuna.load_study(study_name="silent", storage=optuna.storages.RDBStorage(
+        "postgresql+psycopg2://" + pg.url.split("://", 1)[1]))
+    study.enqueue_trial({"lever": "(incumbent)"})
+    trial = study.ask({"lever": optuna.distributions.CategoricalDistribution(["(incumbent)"] + sorted(camp.levers))})
+    recs = records(pg.url, "silent")
+    last = recs[-1]
+    rec = {"op": "arm_start", "seq": last["seq"] + 1, "t": last["t"] + 1, "arm": 6, "kind": "recheck",
+           "shape": next(r for r in recs if r["op"] == "campaign_start")["baseline"], "incumbent": "x",
+           "change": None, "trial": trial.number, "why": "test", "box": "gone"}
+    with psycopg2.connect(pg.url) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO tuner_records VALUES (%s, %s, %s, %s)", ("silent", rec["seq"], "gone", json.dumps(rec)))
+        cur.execute("INSERT INTO tuner_boxes (campaign, box, host, pid, heartbeat) VALUES (%s, 'gone', 'elsewhere', 1, %s)",
+                    ("silent", last["t"] - 3600))
+    assert camp.folder.exists()
+    # a real-time box joins (grace 60 s): it notices, journals the arm interrupted, fails the trial
+    from host.simhost import SimHost
+    from arms.profiles import load_profile
+    from tuner.night.loop import CampaignLoop
+
+    c, host = SimHost.pinned(load_campaign(str(path)).for_box("b"))
+    host.continue_clock(last["t"])
+    fleet = Fleet(pg.url, "silent", "b", clock=host.wall, grace_s=60.0)
+    fleet.connect()
+    fleet.join(c.identity(), {"host": "simulated"})
+    try:
+        CampaignLoop(c, host, load_profile(c.engine), fleet=fleet, max_arms=14).run()
+    finally:
+        fleet.close()
+    recs = records(pg.url, "silent")
+    end = next(r for r in recs if r["op"] == "arm_end" and r["arm"] == 6)
+    assert end["verdict"] == "interrupted" and "box gone went silent" in end["reason"]
+    assert trials(pg.url, "silent")[trial.number].state == optuna.trial.TrialState.FAIL
+    assert sum(r["op"] == "arm_start" for r in recs) == 14
+    assert {r["box"] for r in recs if r["op"] == "arm_start"} == {"a", "b", "gone"}
+
+
+# -- bad storage: one line, exit 2, nothing started, the password never printed --------------
+def tuner(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tuner.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("case", ["wrong password", "no server", "not postgres"])
+def test_bad_storage_is_one_line_and_never_prints_the_password(tmp_path, pg, case):
+    url = {"wrong password": pg.url.replace(pg.password, "Wr0ngSecretPw"),
+           "no server": f"postgresql://tuner:Wr0ngSecretPw@127.0.0.1:{free_port()}/tuner",
+           "not postgres": "mysql://tuner:Wr0ngSecretPw@127.0.0.1/tuner"}[case]
+    path = campaign_file(tmp_path, "bad", url)
+    got = tuner("run", str(path), "--simulated", "--box", "a", "--quiet")
+    assert got.returncode == 2, got.stderr
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1, got.stderr
+    assert "Wr0ngSecretPw" not in got.stderr + got.stdout
+    assert ("postgresql://" in lines[0] or "mysql" in lines[0]) and "***" in lines[0]
+    assert not (tmp_path / "journal" / "bad" / "a" / "arms").exists()
+
+
+def test_another_campaign_of_the_same_name_is_refused(tmp_path, pg):
+    first = campaign_file(tmp_path, "samename", pg.url)
+    got = tuner("run", str(first), "--simulated", "--box", "a", "--quiet", "--max-arms", "2")
+    assert got.returncode == 0, got.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    second = campaign_file(other, "samename", pg.url, noise={"recheck_every": 4, "min_effect": 0.02})
+    got = tuner("run", str(second), "--simulated", "--box", "b", "--quiet")
+    assert got.returncode == 2 and "another campaign named 'samename'" in got.stderr, got.stderr
+    assert pg.password not in got.stderr
+
+
+def test_two_live_boxes_of_one_name_and_other_hardware_are_refused(tmp_path, pg):
+    camp = load_campaign(str(campaign_file(tmp_path, "names", pg.url)))
+    a = Fleet(pg.url, "names", "a", heartbeat_s=0).connect()
+    a.join(camp.identity(), {"cpu": "X", "ram_gib": 64})
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        with psycopg2.connect(pg.url) as conn, conn.cursor() as cur:     # box "a" is a live process on this host
+            cur.execute("UPDATE tuner_boxes SET pid = %s, host = %s WHERE campaign = 'names' AND box = 'a'",
+                        (sleeper.pid, socket.gethostname()))
+        again = Fleet(pg.url, "names", "a", heartbeat_s=0).connect()
+        with pytest.raises(Exception, match="box 'a' is already running this campaign"):
+            again.join(camp.identity(), {"cpu": "X", "ram_gib": 64})
+        again.close()
+        other = Fleet(pg.url, "names", "b", heartbeat_s=0).connect()
+        with pytest.raises(Exception, match=r"not the same hardware as box 'a' \(ram_gib: 64 there, 128 here\)"):
+            other.join(camp.identity(), {"cpu": "X", "ram_gib": 128})
+        other.join(camp.identity(), {"cpu": "X", "ram_gib": 128}, mixed=True)      # allowed when the campaign says so
+        other.close()
+    finally:
+        sleeper.kill()
+        a.close()
+
+
+def test_the_password_never_reaches_the_journal_or_the_logs(tmp_path, pg):
+    path = campaign_file(tmp_path, "secret", pg.url)
+    got = tuner("run", str(path), "--simulated", "--box", "a", "--max-arms", "4")
+    assert got.returncode == 0, got.stderr
+    recs = records(pg.url, "secret")
+    assert recs and pg.password not in json.dumps(recs)
+    assert next(r for r in recs if r["op"] == "campaign_start")["campaign"]["storage"] == safe_url(pg.url)
+    assert pg.password not in got.stdout + got.stderr
+    for p in (tmp_path / "journal").rglob("*"):
+        if p.is_file():
+            assert pg.password.encode() not in p.read_bytes(), p
+    assert os.environ.get("PGPASSWORD") is None
