@@ -285,8 +285,8 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
     if not any(a.kind == "baseline" and a.verdict not in (None, Verdict.INTERRUPTED) for a in mine) \
             and (box is None or state.incumbent_key == state.baseline.key()):
         return Proposal("baseline", why="measure the starting shape" + (" on this box" if box else ""))
-    if box is not None and state.incumbent_boots(box) < 2:
-        return Proposal("recheck", why="this box's own boots of the incumbent: its comparisons are blocked by box")
+    if box is not None and state.incumbent_boots(box) < 1:
+        return Proposal("recheck", why="this box's own boot of the incumbent: its comparisons are blocked by box")
     if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, Verdict.INTERRUPTED) for a in mine):
         return Proposal("recheck", why="re-measure the starting shape at once: the first noise estimate")
     if confirm:
