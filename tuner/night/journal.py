@@ -81,6 +81,19 @@ def redact(obj: Any) -> Any:
     return seal(obj)
 
 
+def record_line(op: str, seq: int, t: float, fields: dict, sealer: Sealer) -> tuple[dict, str]:
+    """(the record as journaled, its JSON line without the newline): checked by the record codec,
+    every secret sealed. A record the codec refuses is a writer's bug: journaled anyway (replay
+    will skip it), never a lost night. The one encoding of both journals (file and shared)."""
+    try:
+        rec = encode(op, seq, t, fields)
+    except RecordError as e:
+        log.error("[journal] %s record that replay will skip: %s", op, e)
+        rec = {"op": op, "seq": seq, "t": t, **fields}
+    rec = sealer.record(rec)
+    return rec, json.dumps(rec, separators=(",", ":"), default=str)
+
+
 class Journal:
     """The writer: repairs a torn tail, quarantines damaged lines, appends fsync'd records. One per
     campaign folder at a time (``tuner.night.lock.CampaignLock`` is what makes it one)."""
@@ -114,13 +127,8 @@ class Journal:
         return len(self._records)
 
     def append(self, op: str, **fields: Any) -> dict:
-        try:
-            rec = encode(op, self._seq, round(self.clock(), 3), fields)
-        except RecordError as e:         # a writer's bug: journaled anyway (replay will skip it), never a lost night
-            log.error("[journal] %s record that replay will skip: %s", op, e)
-            rec = {"op": op, "seq": self._seq, "t": round(self.clock(), 3), **fields}
-        rec = self.sealer.record(rec)
-        line = json.dumps(rec, separators=(",", ":"), default=str) + "\n"
+        rec, line = record_line(op, self._seq, round(self.clock(), 3), fields, self.sealer)
+        line += "\n"
         with open(self.path, "ab") as f:
             f.write(line.encode())
             f.flush()

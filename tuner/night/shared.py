@@ -30,7 +30,7 @@ from typing import Any, Callable
 from arms.errors import ConfigError
 from arms.secrets import Sealer
 from tuner.night.readback import why_damaged
-from tuner.night.records import RecordError, encode
+from tuner.night.journal import record_line
 from tuner.night.storage import safe_url
 
 log = logging.getLogger("tuner.shared")
@@ -391,14 +391,8 @@ class SharedJournal:
     def append(self, op: str, **fields: Any) -> dict:
         with self.fleet.transaction():
             seq = self._seq + 1
-            t = round(self.clock(), 3)
-            try:
-                rec = encode(op, seq, t, fields)
-            except RecordError as e:
-                log.error("[journal] %s record that replay will skip: %s", op, e)
-                rec = {"op": op, "seq": seq, "t": t, **fields}
-            rec = self.sealer.record(rec)
-            self.fleet.insert(seq, json.dumps(rec, separators=(",", ":"), default=str))
+            rec, line = record_line(op, seq, round(self.clock(), 3), fields, self.sealer)
+            self.fleet.insert(seq, line)
             self._records.append(rec)
             self._seq = seq
             return rec
