@@ -207,9 +207,12 @@ def _reference(t: float, refs: list[Boot]) -> list[float]:
 
 def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Spread, alpha: float,
                     drop_alpha: float = 0.05, min_effect: float = MIN_EFFECT,
-                    drift: Drift | None = None) -> Comparison | None:
+                    drift: Drift | None = None, closed_only: bool = False) -> Comparison | None:
     """The blocked test of ``challenger``'s boots against ``incumbent``'s; None when they share no
-    depth, or either side has no measured boot."""
+    depth, or either side has no measured boot. ``closed_only``: the challenger's boots with
+    incumbent boots on both sides only (the test a promotion may rest on while another box's boot
+    of the challenger still waits for its bracket: which boots are left out depends on when they
+    ran, never on what they read)."""
     chal = sorted((b for b in challenger if b.runs), key=lambda b: b.arm)
     inc = sorted((b for b in incumbent if b.runs), key=lambda b: b.arm)
     if not chal or not inc:
@@ -219,7 +222,7 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
         here = [a for a in inc if a.box == b.box]        # a box's own offset cancels in its blocks
         before = [a for a in here if a.arm < b.arm][-BRACKET:]
         after = [a for a in here if a.arm > b.arm][:BRACKET]
-        if before or after:
+        if (before and after) if closed_only else (before or after):
             plans.append((b, before, after))
     if not plans:
         return None

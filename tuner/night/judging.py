@@ -48,7 +48,8 @@ class Judging:
     def _comparable(self) -> bool:
         return self.camp.search.objective.kind in ("decode", "decode_geomean")
 
-    def _compare(self, st: State, shape, extra: dict | None, against=None, arm: int | None = None):
+    def _compare(self, st: State, shape, extra: dict | None, against=None, arm: int | None = None,
+                 closed_only: bool = False):
         """The comparison of ``shape`` (its boots so far, plus ``extra``: the boot measuring now)
         against the incumbent (or ``against``), blocked in time (tuner/night/blocks.py), at the
         next promotion look's error rate."""
@@ -72,7 +73,25 @@ class Judging:
         k = st.looks + 1
         return compare_blocked(series.get(shape.key(), []), series.get(ref.key(), []), spread=spread,
                                alpha=look_alpha(self.error_rate, k, self._planned_looks(), EXTEND_CAP),
-                               min_effect=self.camp.search.min_effect, drift=drift), k
+                               min_effect=self.camp.search.min_effect, drift=drift, closed_only=closed_only), k
+
+    def _closed_move(self, st: State, arm, cmp: dict | None, extra: dict | None = None) -> dict | None:
+        """The comparison that moves the incumbent to ``arm``'s shape when its own (``cmp``) says
+        better but waits for a bracket on another box only (a shared campaign, ``search._twin``):
+        the test on its closed blocks alone, journaled (``kind: closed``) when it promotes, else
+        None. Both tests must say better; the open boots are left out for when they ran."""
+        if cmp is None or cmp.get("verdict") != "better" or not cmp.get("open") or getattr(self, "box", None) is None:
+            return None
+        new, look = self._compare(st, arm.shape, extra, arm=arm.n, closed_only=True)
+        if new is None or not promotes(arm.kind, None, new.to_dict()):
+            return None
+        left = [b["boot"] for b in cmp.get("blocks") or [] if not b.get("closed")]
+        self.journal.append("compare", arm=arm.n, incumbent=st.incumbent.key(), look=look, kind="closed",
+                            change=[arm.change[0], values.encode(arm.change[1])], comparison=new.to_dict(),
+                            left_out=left)
+        log.info("[arm %s CLOSED] %s -> %s: %s on its closed blocks (boot(s) %s still open left out)", arm.n,
+                 arm.change[0], values.text(arm.change[1]), new.verdict, ", ".join(map(str, left)))
+        return new.to_dict()
 
     def _bracket(self, st: State, n: int | None) -> State:
         """Re-judge the challengers at this incumbent whose better reading (``search.promising``)
@@ -96,8 +115,9 @@ class Judging:
             log.info("[arm %s BRACKETED] %s -> %s: %s %s (%d open block(s) left)", arm.n, arm.change[0],
                      values.text(arm.change[1]), new.verdict, new.interval_text(), new.open)
             st = self._replay()
-            if promotes(arm.kind, None, new.to_dict()):
-                self._promote(st, arm.n, new.to_dict())
+            moving = new.to_dict() if promotes(arm.kind, None, new.to_dict()) else self._closed_move(st, arm, new.to_dict())
+            if moving is not None:
+                self._promote(self._replay(), arm.n, moving)
                 if n is not None:
                     crashpoint("incumbent", n)
                 st = self._replay()

@@ -379,8 +379,11 @@ class CampaignLoop(Opening, Judging):
             self.journal.append("incumbent", arm=n, shape=shape.to_dict(), identity=shape.key(), score=rec["score"],
                                 samples=[rec["score"]["objective"]], change=None, previous=inc.key(),
                                 confirmed_arms=[n])
-        if not moved and promotes(p.kind, rec, rec.get("compare") if cmp is not None else None):
-            self._promote(self._replay(), n)
+        closed = None
+        if not moved and cmp is not None and not promotes(p.kind, rec, rec.get("compare")):
+            closed = self._closed_move(self._replay(), self._replay().arms[n], rec.get("compare"))
+        if not moved and (closed is not None or promotes(p.kind, rec, rec.get("compare") if cmp is not None else None)):
+            self._promote(self._replay(), n, closed)
             crashpoint("incumbent", n)
         elif cmp is None:
             self._bracket(self._replay(), n)      # an incumbent boot may close a waiting challenger's blocks

@@ -42,6 +42,7 @@ _N = NormalDist()
 BOOTS_CAP = 5            # boots of one challenger at one incumbent before it is called undecided
 REEXAMINE_CAP = 7        # ... while the night re-examines weak evidence
 HEAD_TO_HEAD = 3         # boots of the starting shape in the closing head-to-head
+TWINS = 2                # boxes at once on one challenger (a shared campaign: ``_twin``)
 DECIDE_Z = 3.5           # standard errors a promotion needs, about (the night's looks run at 1e-4 and below)
 PROMISING_Z = 2.0        # an undecided challenger reading this many standard errors better is worth a bracket
 PRIOR_SIGMA = 0.05       # an untried change: mean 0, this sigma
@@ -249,8 +250,14 @@ def _pending_bracket(state: State, box: str | None = None) -> Proposal | None:
     inc = state.incumbent.key()
     last_recheck = max((a.n for a in state.finished() if a.kind == "recheck" and a.key == inc
                         and (box is None or a.box == box)), default=-1)
-    for (k, _, _), c in state.latest_comparisons().items():
-        if k == inc and c.get("open") and promising(c) and (c.get("boots") or [0])[0] >= 2 \
+    twins: dict[tuple[str, str], int] = {}       # boots of a challenger running on other boxes: they count
+    if box is not None:
+        for a in state.open_arms:
+            if a.change and a.incumbent == inc and a.box != box and a.kind in ("probe", "confirm"):
+                k = (a.change[0], values.text(a.change[1]))
+                twins[k] = twins.get(k, 0) + 1
+    for (k, name, vt), c in state.latest_comparisons().items():
+        if k == inc and c.get("open") and promising(c) and (c.get("boots") or [0])[0] + twins.get((name, vt), 0) >= 2 \
                 and (c.get("arm") or -1) > last_recheck and (box is None or _opens_on(state, c, box)):
             return Proposal("recheck", why=f"bracket arm {c.get('arm')}: it reads better, but {c['open']} of its "
                                            "boots have no incumbent boot after them yet")
@@ -272,6 +279,52 @@ def in_flight(state: State, box: str | None) -> set[tuple[str, str]]:
     inc = state.incumbent_key
     return {(a.change[0], values.text(a.change[1])) for a in state.open_arms
             if a.change and a.box != box and a.incumbent == inc}
+
+
+def _twin(state: State, box: str, busy: set) -> Proposal | None:
+    """On a shared campaign: this box's boot of a challenger another box has in hand at this
+    incumbent, when the evidence already says better (called ``better`` or ``promising`` here, or
+    ``better`` at an earlier incumbent: effects mostly carry) and this box has no boot of it here
+    yet: one running on another box now, or one whose better reading waits only for its bracket.
+    Such a challenger needs two boots or more, each bracketed on its own box, before it can move
+    anything (``verdict.promotes``); run side by side, the boxes' A B A blocks take the time of
+    one box's A B B A, and a twin still open when the first box's blocks close does not hold the
+    move up (the loop judges the closed blocks alone, ``Judging._closed_move``). If the move
+    comes, this box's boot of it is its own boot of the new incumbent, so it starts on the next
+    challenger at once. At most ``TWINS`` boxes at once on one challenger; the test is the same."""
+    inc = state.incumbent_key
+    cmp = state.latest_comparisons()
+    mine = {(a.change[0], values.text(a.change[1])) for a in state.arms.values()
+            if a.change and a.incumbent == inc and a.box == box}
+    running: dict[tuple[str, str], int] = {}
+    for a in state.open_arms:
+        if a.change and a.incumbent == inc and a.kind in ("probe", "confirm"):
+            k = (a.change[0], values.text(a.change[1]))
+            running[k] = running.get(k, 0) + 1
+    held: dict[tuple[str, str], object] = {}
+    for a in state.arms.values():
+        if a.change and a.incumbent == inc and a.kind in ("probe", "confirm") and a.box != box:
+            held.setdefault((a.change[0], values.text(a.change[1])), a)
+    best = None
+    for key, a in held.items():
+        if key in mine or running.get(key, 0) >= TWINS:
+            continue
+        c = cmp.get((inc, key[0], key[1]))
+        if c is not None:
+            if not promising(c) or (key not in running and not c.get("open")):
+                continue
+            why, worth = f"{c['verdict']} {c['effect']:+.1%} after {c['boots'][0]} boot(s) here", c["effect"]
+        else:
+            earlier = [c for k, c in cmp.items() if k[1] == key[0] and k[2] == key[1]]
+            if key not in running or not earlier or earlier[-1].get("verdict") != Verdict.BETTER:
+                continue
+            why, worth = f"better at an earlier incumbent ({earlier[-1]['effect']:+.1%})", earlier[-1]["effect"]
+        if best is None or worth > best[0]:
+            best = (worth, a, why)
+    if best is None:
+        return None
+    _, a, why = best
+    return Proposal("confirm", a.change, why=f"twin of arm {a.n} ({a.box}): {why}; this box's blocks beside it")
 
 
 def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, confirm: bool = True,
@@ -298,6 +351,10 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
         return p
     if recheck_every and state.arms_since_incumbent_measure(box) >= recheck_every:
         return Proposal("recheck", why=f"re-measure the incumbent every {recheck_every} arms (noise band)")
+    if box is not None and confirm:
+        p = _twin(state, box, busy)
+        if p is not None:
+            return p
     cands = [c for c in candidates(state, levers) if (c[1], values.text(c[2])) not in busy]
     if cands:
         _, name, value, why = cands[0]

@@ -35,11 +35,21 @@ def is_url(path) -> bool:
 
 def _storage(path):
     if is_url(path):                 # a shared campaign (tuner/night/shared.py): psycopg2, a small pool
+        import psycopg2
         from optuna.storages import RDBStorage
 
-        from tuner.night.storage import sqlalchemy_url
-        return RDBStorage(sqlalchemy_url(path), engine_kwargs={"pool_size": 2, "max_overflow": 2,
-                                                                "pool_pre_ping": True})
+        from tuner.night.storage import dsn, sqlalchemy_url
+        # Optuna creates its tables when its storage first opens; two boxes (or two campaigns on one
+        # database) opening at once race on CREATE TABLE (a duplicate pg_type key): one at a time
+        lock = psycopg2.connect(dsn(path), connect_timeout=10)
+        try:
+            lock.autocommit = True
+            with lock.cursor() as cur:
+                cur.execute("SELECT pg_advisory_lock(hashtext('offload-tuner optuna schema'))")
+            return RDBStorage(sqlalchemy_url(path), engine_kwargs={"pool_size": 2, "max_overflow": 2,
+                                                                    "pool_pre_ping": True})
+        finally:
+            lock.close()             # a session lock ends with its connection
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
