@@ -58,9 +58,9 @@ def status(folder):
 
 
 def trials(folder):
-    from tuner.night.study import _storage
+    from tuner.night.storage import open_storage
 
-    study = optuna.load_study(study_name=NAME, storage=_storage(folder / "optuna.journal"))
+    study = optuna.load_study(study_name=NAME, storage=open_storage(folder / "optuna.journal"))
     return [(t.number, t.state.name, t.value, t.params, t.user_attrs) for t in study.get_trials()]
 
 

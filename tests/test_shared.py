@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -135,6 +136,31 @@ def test_three_simulated_boxes_share_one_campaign(tmp_path, pg, monkeypatch):
     d = status_data(folder)
     assert d["arms"] == 30 and d["state"] == "ended" and [b["box"] for b in d["boxes"]] == ["a", "b", "c"]
     assert [b["arms"] for b in d["boxes"]] == [by_box[b] for b in "abc"]
+    # optuna-dashboard on the shared study, from the campaign's folder: the study and its trials
+    import httpx
+
+    port = free_port()
+    env = {**os.environ, "PGPASSWORD": pg.password, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "tuner.cli", "dashboard", str(folder), "--port", str(port)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/api/studies", timeout=2)
+                if r.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "the dashboard did not come up"
+            time.sleep(0.3)
+        study = next(x for x in r.json()["study_summaries"] if x["study_name"] == "fleet3")
+        detail = httpx.get(f"http://127.0.0.1:{port}/api/studies/{study['study_id']}", timeout=10).json()
+        assert len(detail["trials"]) == len(trials(pg.url, "fleet3")) >= 30
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    assert "optuna-dashboard for postgresql://" in out and pg.password not in out, out[-2000:]
 
 
 def test_comparisons_are_blocked_by_box(tmp_path, pg):
@@ -228,15 +254,24 @@ def test_bad_storage_is_one_line_and_never_prints_the_password(tmp_path, pg, cas
 
 
 def test_another_campaign_of_the_same_name_is_refused(tmp_path, pg):
+    """... by `tuner run` and, before any night, by `tuner check`, which otherwise says what the
+    database holds of the campaign (read only)."""
     first = campaign_file(tmp_path, "samename", pg.url)
+    got = tuner("check", str(first), "--show", "1")
+    assert f"storage {safe_url(pg.url)}: reachable; campaign 'samename' is new there" in got.stdout, got
     got = tuner("run", str(first), "--simulated", "--box", "a", "--quiet", "--max-arms", "2")
     assert got.returncode == 0, got.stderr
+    got = tuner("check", str(first), "--show", "1")
+    n = len(records(pg.url, "samename"))
+    assert f"campaign 'samename' there: {n} records, 1 box(es) (a), live now: none" in got.stdout, got
+    assert len(records(pg.url, "samename")) == n                   # check wrote nothing to the campaign
     other = tmp_path / "other"
     other.mkdir()
     second = campaign_file(other, "samename", pg.url, noise={"recheck_every": 4, "min_effect": 0.02})
-    got = tuner("run", str(second), "--simulated", "--box", "b", "--quiet")
-    assert got.returncode == 2 and "another campaign named 'samename'" in got.stderr, got.stderr
-    assert pg.password not in got.stderr
+    for cmd in (("check", str(second)), ("run", str(second), "--simulated", "--box", "b", "--quiet")):
+        got = tuner(*cmd)
+        assert got.returncode == 2 and "another campaign named 'samename'" in got.stderr, (cmd, got.stderr)
+        assert pg.password not in got.stderr + got.stdout and got.stderr.count("\n") == 1, got.stderr
 
 
 def test_two_live_boxes_of_one_name_and_other_hardware_are_refused(tmp_path, pg):

@@ -173,6 +173,19 @@ def cmd_measure(ns) -> int:
 EXIT_NOT_PINNED = 4          # `tuner check`: the file is valid; podman did not answer, so the image is not pinned
 
 
+def _survey(camp) -> str:
+    """A shared campaign's database, as ``tuner run`` would open it (a wrong URL, password or
+    another campaign of the name: one ``ConfigError`` line, exit 2), read only."""
+    from tuner.night.shared import Fleet
+
+    st = camp.storage
+    fleet = Fleet(st.url, camp.name, "(tuner check)", grace_s=st.grace_s, heartbeat_s=None, wait_s=st.wait_s)
+    try:
+        return fleet.connect().survey(camp.identity())
+    finally:
+        fleet.close()
+
+
 def cmd_check(ns) -> int:
     """Two steps: everything offline (exit 2 on bad input), then the image pinned to its digest
     by podman; a podman that does not answer is exit 4, never the bad-input code."""
@@ -193,11 +206,12 @@ def cmd_check(ns) -> int:
             unpinned = str(e)
         else:
             shape = _pinned(host, shape)
+    shared = _survey(camp) if camp.shared and not ns.offline else None
     st = replay([], replace(camp.baseline, image=shape.image))
     if ns.json:
         print(json.dumps({"campaign": camp.name, "valid": True, "pinned": unpinned is None,
                           "levers": len(camp.levers), "profile": profile.name,
-                          "folder": str(camp.folder), "image": shape.image, "objective": str(camp.search.objective),
+                          "folder": str(camp.folder), "image": shape.image, "storage": shared, "objective": str(camp.search.objective),
                           "constraints": camp.search.constraints.describe(),
                           "first_arms": [{"lever": lv, "value": values.text(v), "why": why}
                                          for _, lv, v, why in candidates(st, camp.levers)[: ns.show]]}, indent=1))
@@ -205,6 +219,8 @@ def cmd_check(ns) -> int:
         print(f"campaign {camp.name}: {len(camp.levers)} levers, profile {profile.name}, folder {camp.folder}")
         print(f"image {camp.baseline.image} -> " + (shape.image if unpinned is None else "not pinned"))
         print(f"objective {camp.search.objective}; constraints: {'; '.join(camp.search.constraints.describe()) or 'none'}")
+        if shared:
+            print(shared)
         first = propose(st, camp.levers)
         print(f"first arm: {first.kind} ({first.why})")
         print("then, one change each, in this order:")

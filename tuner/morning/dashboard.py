@@ -25,15 +25,11 @@ def study_path(folder: str | Path) -> Path | str:
 
 
 def storage(path: Path | str):
-    if isinstance(path, str) and "://" in path:          # a shared campaign's study
-        from optuna.storages import RDBStorage
+    """Optuna's storage of the study: the journal file, or the shared campaign's database (opened
+    as the night opens it, tuner.night.study.open_storage)."""
+    from tuner.night.storage import open_storage
 
-        from tuner.night.storage import sqlalchemy_url
-        return RDBStorage(sqlalchemy_url(path))
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    return JournalStorage(JournalFileBackend(str(path)))
+    return open_storage(path)
 
 
 def _port_free(port: int) -> None:

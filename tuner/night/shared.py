@@ -298,6 +298,26 @@ class Fleet:
                 cur.execute("UPDATE tuner_boxes SET left_at = %s WHERE campaign = %s AND box = %s",
                             (self.now(), self.campaign, self.box))
 
+    def survey(self, identity: str) -> str:
+        """What ``tuner check`` says of the shared campaign, read only: one line naming the campaign
+        there (new, or its records and boxes); another campaign of this name is one ``ConfigError``."""
+        with self.transaction(), self._cur() as cur:
+            cur.execute("SELECT hash FROM tuner_campaigns WHERE name = %s", (self.campaign,))
+            row = cur.fetchone()
+            cur.execute("SELECT count(*) FROM tuner_records WHERE campaign = %s", (self.campaign,))
+            n = cur.fetchone()[0]
+            now, boxes = self.now(), self.boxes()
+        if row is None:
+            return f"storage {self.safe_url}: reachable; campaign {self.campaign!r} is new there"
+        if row[0] != identity:
+            raise ConfigError(f"storage {self.safe_url} holds another campaign named {self.campaign!r} "
+                              "(written by a different campaign file); give this campaign another name")
+        live = [b["box"] for b in boxes if b["left"] is None and b["heartbeat"] is not None
+                and self.grace_s is not None and now - b["heartbeat"] < self.grace_s]
+        return (f"storage {self.safe_url}: reachable; campaign {self.campaign!r} there: {n} records, "
+                f"{len(boxes)} box(es) ({', '.join(b['box'] for b in boxes) or 'none'}), live now: "
+                f"{', '.join(live) or 'none'}")
+
     def boxes(self) -> list[dict]:
         with self._cur() as cur:
             cur.execute("SELECT box, host, pid, heartbeat, left_at FROM tuner_boxes WHERE campaign = %s ORDER BY box",

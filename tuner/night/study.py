@@ -24,36 +24,9 @@ from tuner.night.journal import repair_tail
 from tuner.night.sampler import told_as
 from tuner.night.state import State
 
+from tuner.night.storage import is_url, open_storage  # noqa: F401 - where the study lives (is_url: for importers)
+
 log = logging.getLogger("tuner.study")
-
-
-
-def is_url(path) -> bool:
-    """Whether the study lives in a database (a shared campaign's ``storage:``) rather than a file."""
-    return isinstance(path, str) and "://" in path
-
-
-def _storage(path):
-    if is_url(path):                 # a shared campaign (tuner/night/shared.py): psycopg2, a small pool
-        import psycopg2
-        from optuna.storages import RDBStorage
-
-        from tuner.night.storage import dsn, sqlalchemy_url
-        # Optuna creates its tables when its storage first opens; two boxes (or two campaigns on one
-        # database) opening at once race on CREATE TABLE (a duplicate pg_type key): one at a time
-        lock = psycopg2.connect(dsn(path), connect_timeout=10)
-        try:
-            lock.autocommit = True
-            with lock.cursor() as cur:
-                cur.execute("SELECT pg_advisory_lock(hashtext('offload-tuner optuna schema'))")
-            return RDBStorage(sqlalchemy_url(path), engine_kwargs={"pool_size": 2, "max_overflow": 2,
-                                                                    "pool_pre_ping": True})
-        finally:
-            lock.close()             # a session lock ends with its connection
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    return JournalStorage(JournalFileBackend(str(path)))
 
 
 def _loadable(path: Path) -> str | None:
@@ -81,7 +54,7 @@ def set_aside(path: Path, why: str) -> Path:
 
 
 def _create(path: Path, name: str, sampler=None, metric: str | None = None, load: bool = True) -> optuna.Study:
-    study = optuna.create_study(study_name=name, storage=_storage(path), direction="maximize", load_if_exists=load,
+    study = optuna.create_study(study_name=name, storage=open_storage(path), direction="maximize", load_if_exists=load,
                                 sampler=sampler)
     if metric:
         import warnings
@@ -193,7 +166,7 @@ def sync_study(study: optuna.Study, path: Path, name: str, st: State, choices: l
         return study
     if is_url(path):                 # a shared study: rebuilt in place (the caller holds the campaign's lock)
         log.warning("[study] the shared study %s disagrees with the arm journal (%s): rebuilt", name, why)
-        optuna.delete_study(study_name=name, storage=_storage(path))
+        optuna.delete_study(study_name=name, storage=open_storage(path))
         return rebuild(path, name, st, choices, levers, sampler, metric)
     path = Path(path)
     if path.exists():
