@@ -21,6 +21,9 @@ When every challenger is decided, the night is spent, not abandoned: the decided
 interval still reaches above zero (weakest evidence first) get another boot, then the final
 incumbent meets the starting shape head to head, then the undecided ones get more boots. Only
 when all of that is done (or no boot can change anything) does the search end.
+On a shared campaign (``box``) each box boots the incumbent itself before its challengers, and a
+challenger that already reads better while another box has it in hand gets a *twin* on this
+box (``_twin``): the boxes' blocks run side by side.
 Joint mode (for comparison) lets Optuna's sampler pick whole shapes.
 """
 from __future__ import annotations
@@ -246,7 +249,8 @@ def _pending_bracket(state: State, box: str | None = None) -> Proposal | None:
     challenger again (``CampaignLoop._bracket``). Asked once per challenger boot: a recheck that
     already ran after it (and could not close the block: it failed to boot) is not repeated. On a
     shared campaign (``box``) only a boot on the challenger's own box closes its block: the box
-    whose boot it was asks."""
+    whose boot it was asks; a twin of it running on another box counts toward the two boots (A B A
+    here beside A B A there)."""
     inc = state.incumbent.key()
     last_recheck = max((a.n for a in state.finished() if a.kind == "recheck" and a.key == inc
                         and (box is None or a.box == box)), default=-1)
