@@ -66,3 +66,42 @@ def test_the_study_agrees_with_the_journal_after_bracketed_moves(tmp_path):
     told = [r["arm"] for r in recs if r["op"] == "told"]
     assert sorted(told) == sorted(set(told)) == sorted(r["arm"] for r in recs if r["op"] == "arm_start")
 
+
+
+def test_a_trial_told_in_another_order_is_no_mismatch_a_wrong_value_is(tmp_path):
+    """The boxes of a shared campaign tell in the order their arms end: the starting shape's first
+    trial may be told PRUNED (another box's starting boot told COMPLETE first). Same objective: the
+    study agrees (no rebuild under the other boxes' feet); another value, or a move told PRUNED: not."""
+    import optuna
+    from optuna.trial import TrialState, create_trial
+
+    from tuner.night.campaign import load_campaign
+    from tuner.night.study import _expected_all
+
+    path = campaign(tmp_path, "order")
+    _, recs, _ = night(path, seed=1, landscape=drifting(tmp_path, 0.03), max_arms=24)
+    camp = load_campaign(path)
+    st = replay(recs, camp.baseline, camp.levers)
+    choices = ["(incumbent)"] + sorted(camp.levers)
+    expected = _expected_all(st, choices, camp.levers)
+    moved = {m["arm"] for m in st.moves}
+    trial_of_arm = {a.n: a.trial for a in st.arms.values()}
+    first_move = trial_of_arm[min(moved)]
+
+    def study_with(trial: int, state, value):
+        s = optuna.create_study(direction="maximize")
+        for n in range(max(expected) + 1):
+            want = dict(expected[n])
+            if n == trial:
+                want.update(state=state, value=value, intermediate_values={0: value} if state == TrialState.PRUNED else {})
+            s.add_trial(create_trial(**want))
+        return s
+
+    base = expected[0]
+    assert base["state"] == TrialState.COMPLETE
+    assert _mismatch(study_with(0, TrialState.PRUNED, base["value"]), st, choices, camp.levers) is None
+    assert "trial 0" in _mismatch(study_with(0, TrialState.PRUNED, base["value"] * 1.01), st, choices, camp.levers)
+    m = expected[first_move]
+    assert f"trial {first_move}" in _mismatch(study_with(first_move, TrialState.PRUNED, m["value"]), st, choices,
+                                              camp.levers)
+

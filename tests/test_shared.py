@@ -311,3 +311,63 @@ def test_the_password_never_reaches_the_journal_or_the_logs(tmp_path, pg):
         if p.is_file():
             assert pg.password.encode() not in p.read_bytes(), p
     assert os.environ.get("PGPASSWORD") is None
+
+
+def test_a_database_gone_away_is_known_through_optunas_wrapper():
+    """Optuna raises StorageInternalError ``from`` SQLAlchemy's OperationalError when a restart cuts
+    its commit (CI saw one mid-ask): the daemon waits for that, and only for that."""
+    import sqlalchemy.exc as sa
+
+    from tuner.night.shared import db_down
+
+    def wrapped(inner: BaseException) -> BaseException:
+        try:
+            try:
+                raise inner
+            except Exception as e:
+                raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from e
+        except optuna.exceptions.StorageInternalError as outer:
+            return outer
+
+    gone = sa.OperationalError("COMMIT", {}, psycopg2.OperationalError("server closed the connection unexpectedly"))
+    assert db_down(gone)
+    assert db_down(wrapped(gone))
+    assert not db_down(wrapped(sa.DataError("INSERT", {}, ValueError("value too long"))))
+    assert not db_down(ValueError("a bug, not the database"))
+
+
+def test_trials_no_arm_claims_are_failed_running_or_waiting():
+    """An ask the database cut leaves a RUNNING trial without its param (or an enqueued WAITING
+    one): failed by the next transaction; an arm's own running trial is left alone."""
+    from types import SimpleNamespace
+
+    from tuner.night.study import fail_unclaimed
+
+    study = optuna.create_study(direction="maximize")
+    mine, cut = study.ask().number, study.ask().number
+    study.enqueue_trial({"lever": "x"})
+    st = SimpleNamespace(arms={1: SimpleNamespace(trial=mine)})
+    assert fail_unclaimed(study, st) == [cut, cut + 1]
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    assert states == {mine: optuna.trial.TrialState.RUNNING, cut: optuna.trial.TrialState.FAIL,
+                      cut + 1: optuna.trial.TrialState.FAIL}
+    assert fail_unclaimed(study, st) == []
+
+
+def test_a_shared_study_rebuilt_by_another_box_is_followed(pg):
+    """On the real PostgreSQL: the study deleted and made again under a new id (``sync_study`` on
+    another box); the old handle is reopened by name, a current one kept as it is."""
+    import optuna
+
+    from tuner.night.study import followed
+
+    from tuner.night.storage import open_storage
+
+    storage = open_storage(pg.url)
+    old = optuna.create_study(study_name="rebuilt", storage=storage, direction="maximize")
+    assert followed(old, pg.url, "rebuilt") is old
+    optuna.delete_study(study_name="rebuilt", storage=storage)
+    again = optuna.create_study(study_name="rebuilt", storage=storage, direction="maximize")
+    again.ask()
+    got = followed(old, pg.url, "rebuilt")
+    assert got is not old and got._study_id == again._study_id and len(got.get_trials()) == 1

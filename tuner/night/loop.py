@@ -27,7 +27,7 @@ from tuner.night.judging import Judging
 from tuner.night.opening import Opening, campaign_hash
 from tuner.night.search import Proposal, apply, propose
 from tuner.night.state import Replay, State
-from tuner.night.study import open_study
+from tuner.night.study import followed, open_study
 from tuner.night.verdict import Score, needs_comparison, promotes, settle
 
 log = logging.getLogger("tuner.loop")
@@ -101,12 +101,19 @@ class CampaignLoop(Opening, Judging):
         self._judgeable = False        # the starting shape gave something to judge against (ending.no_result)
 
     def _atomic(self, fn):
-        """``fn()`` as one transaction of a shared campaign (every box's records read first; run
-        again from the top when the database went away), or just ``fn()`` on one box."""
+        """``fn()`` as one transaction of a shared campaign (every box's records read first, the
+        study reopened if another box rebuilt it; run again from the top when the database went
+        away), or just ``fn()`` on one box."""
         if self.fleet is None:
             return fn()
+
+        def followed_fn():
+            if getattr(self, "study", None) is not None:     # another box may have rebuilt the shared study
+                self.study = followed(self.study, self.study_at, self.camp.name, self.sampler,
+                                      str(self.camp.search.objective))
+            return fn()
         try:
-            return self.fleet.atomically(fn, on_rollback=self._forget)
+            return self.fleet.atomically(followed_fn, on_rollback=self._forget)
         except BaseException:
             self._forget()
             raise

@@ -18,7 +18,7 @@ from tuner.night.readback import start_of
 from tuner.night.sampler import told_as, trial_of
 from tuner.night.sampler import tell as sampler_tell
 from tuner.night.state import State
-from tuner.night.study import sync_study
+from tuner.night.study import fail_unclaimed, sync_study
 from tuner.night.verdict import promotes
 
 log = logging.getLogger("tuner.loop")
@@ -92,9 +92,11 @@ class Opening:
 
     def _sweep_silent(self) -> None:
         """A shared campaign: the open arms of a box silent past the grace period (killed, its
-        machine down) are journaled ``interrupted`` and their trials failed; the others go on."""
+        machine down) are journaled ``interrupted`` and their trials failed; the others go on.
+        A trial no arm claims (an ask the database cut) is failed first (``fail_unclaimed``)."""
         if self.fleet is None:
             return
+        fail_unclaimed(self.study, self._replay())
         silent = self.fleet.silent()
         if not silent:
             return

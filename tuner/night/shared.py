@@ -49,7 +49,19 @@ CREATE TABLE IF NOT EXISTS tuner_boxes (
 
 
 def db_down(e: BaseException) -> bool:
-    """Whether ``e`` says the database went away (a restart, the network): wait and run again."""
+    """Whether ``e`` says the database went away (a restart, the network): wait and run again.
+    Optuna wraps SQLAlchemy's error in its own (``StorageInternalError`` ... ``from e``), so the
+    chain of causes is read too."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if _db_down_here(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _db_down_here(e: BaseException) -> bool:
     try:
         import psycopg2
         if isinstance(e, (psycopg2.OperationalError, psycopg2.InterfaceError)):

@@ -127,6 +127,7 @@ def _expected(arm, choices: list[str], levers: dict, moved: dict | None = None, 
 def _mismatch(study: optuna.Study, st: State, choices: list[str], levers: dict) -> str | None:
     trials = study.get_trials(deepcopy=False)
     expected = _expected_all(st, choices, levers)
+    moved = {m.get("arm") for m in st.moves}
     for a in sorted(st.arms.values(), key=lambda a: a.n):
         if a.trial is None:
             continue
@@ -137,9 +138,22 @@ def _mismatch(study: optuna.Study, st: State, choices: list[str], levers: dict) 
             return f"trial {a.trial} has params {t.params}, arm {a.n} journaled {want['params']}"
         if t.state == TrialState.RUNNING:
             continue                        # told by the reconcile that follows (a torn tell)
+        if _told_in_another_order(a, t, want, moved):
+            continue
         if t.state != want["state"] or (want["value"] is not None and t.value != want["value"]):
             return f"trial {a.trial} is {t.state.name} {t.value}, arm {a.n} journaled {want['state'].name} {want['value']}"
     return None
+
+
+def _told_in_another_order(arm, t, want: dict, moved: set) -> bool:
+    """A measured arm that moved nothing, told COMPLETE where the trial order says PRUNED (or the
+    reverse) with its own objective: the boxes of a shared campaign tell in the order their arms end,
+    and whether the first starting-shape trial told finds an earlier COMPLETE one depends on it."""
+    either = {TrialState.COMPLETE, TrialState.PRUNED}
+    if arm.n in moved or t.state not in either or want["state"] not in either:
+        return False
+    obj = ((arm.end or {}).get("score") or {}).get("objective")
+    return obj is not None and t.value == obj
 
 
 def rebuild(path: Path, name: str, st: State, choices: list[str], levers: dict, sampler=None,
@@ -172,3 +186,34 @@ def sync_study(study: optuna.Study, path: Path, name: str, st: State, choices: l
     if path.exists():
         set_aside(path, f"it disagrees with the arm journal ({why})")
     return rebuild(path, name, st, choices, levers, sampler, metric)
+
+
+def fail_unclaimed(study: optuna.Study, st: State) -> list[int]:
+    """Fail the trials no journaled arm claims that are still RUNNING or WAITING: a shared campaign's
+    ask that the database cut between Optuna's own commits (a trial created, its param never set).
+    Called under the campaign's lock, where no box is between its ask and its ``arm_start``."""
+    claimed = {a.trial for a in st.arms.values() if a.trial is not None}
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+        if t.number in claimed:
+            continue
+        if t.state == TrialState.RUNNING:
+            study.tell(t.number, state=TrialState.FAIL)
+        else:                        # an enqueued trial never popped: Optuna's tell refuses WAITING ones
+            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        failed.append(t.number)
+    if failed:
+        log.warning("[study] trial(s) %s were asked in a transaction the database cut: failed", failed)
+    return failed
+
+
+def followed(study: optuna.Study, path, name: str, sampler=None, metric: str | None = None) -> optuna.Study:
+    """A shared study as it is now: when another box rebuilt it (``sync_study``: deleted and made
+    again under a new id), this box's handle is reopened by name instead of failing on the old id."""
+    try:
+        if study._storage.get_study_id_from_name(name) == study._study_id:
+            return study
+    except KeyError:
+        pass
+    log.warning("[study] the shared study %s was rebuilt by another box: reopened", name)
+    return _create(path, name, sampler, metric)
