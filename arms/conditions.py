@@ -22,8 +22,12 @@ run keeps (``RunResult.conditions``):
     foreign_gpu     [[pid, name], ...]: processes outside the engine's container that held GPU
                     memory during the run (NVML); absent when NVML cannot tell
 
-A run is **contended** (``contention``) when ``foreign_cores >= FOREIGN_CORES_LIMIT`` or a
-foreign process held the GPU. Such a run is marked (``RunResult.contended``, the reason) and the
+A run is **contended** (``contention``) when ``foreign_cores`` reaches the box's *background*
+plus ``FOREIGN_CORES_LIMIT``, or a foreign process held the GPU. The background is what other
+processes used while the box was at rest before the night's first boot (``Host.rest_load``,
+journaled once per night and box, ``tuner.night.opening``): a load that was there all along is
+part of the box, the same for the incumbent's boots as for the challenger's, and the blocked
+comparisons see it on both sides; a tenant that comes and goes is not. Such a run is marked (``RunResult.contended``, the reason) and the
 night's comparisons leave it out like a disturbed run (``tuner.night.compare``), counting it on
 its own. Half a core: an idle box reads a few hundredths (kernel threads, the podman service's
 log copy); a second process busy on one core reads about 1.0; an engine offloading experts to
@@ -44,15 +48,18 @@ class RunConditions(Protocol):
     def stop(self) -> dict: ...
 
 
-def contention(cond: dict | None, limit: float = FOREIGN_CORES_LIMIT) -> str | None:
-    """Why a run with these conditions was taken while another process held the box, or None.
+def contention(cond: dict | None, limit: float = FOREIGN_CORES_LIMIT, background: float = 0.0) -> str | None:
+    """Why a run with these conditions was taken while another process held the box, or None:
+    other processes' CPU time reached ``background`` (the box's own load at rest) plus ``limit``.
     Conditions that could not be read (None, no figure) never mark a run."""
     if not isinstance(cond, dict):
         return None
     why = []
     cores = cond.get("foreign_cores")
-    if isinstance(cores, (int, float)) and not isinstance(cores, bool) and cores >= limit:
-        why.append(f"foreign CPU load {cores:.2f} cores >= {limit:g}")
+    bar = limit + max(0.0, background)
+    if isinstance(cores, (int, float)) and not isinstance(cores, bool) and cores >= bar:
+        why.append(f"foreign CPU load {cores:.2f} cores >= {bar:g}" +
+                   (f" (the box's {background:.2f} at rest + {limit:g})" if background > 0 else ""))
     gpu = cond.get("foreign_gpu")
     if isinstance(gpu, list) and gpu:
         names = ", ".join(f"pid {p[0]} ({p[1]})" if isinstance(p, (list, tuple)) and len(p) >= 2 else str(p)
@@ -68,6 +75,14 @@ def foreign_cores(busy_s: float, container_s: float, own_s: float, wall_s: float
     if wall_s <= 0:
         return None
     return max(0.0, busy_s - container_s - own_s) / wall_s
+
+
+def rest_load(samples: list[float | None]) -> float | None:
+    """The box's background from foreign-load readings taken at rest (no engine running): the
+    smallest, so that a burst inside one window (a cron job, the tuner's own start) is not taken
+    for the box's steady load; None when none could be read."""
+    got = [x for x in samples if isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0]
+    return round(min(got), 3) if got else None
 
 
 class NoConditions:

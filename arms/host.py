@@ -169,6 +169,12 @@ class Host(Protocol):
         frequency, GPU clocks and foreign GPU processes where readable). A simulated host reports
         its simulation (a landscape's ``tenant``), never the machine it runs on."""
 
+    def rest_load(self, seconds: float = 2.0) -> dict:
+        """Other processes' CPU load on the box while no engine of ours runs, read over about
+        ``seconds`` before the night's first boot: {source, cores (None: unreadable), samples,
+        seconds}. A run is contended only above it (``arms.conditions``). A simulated host's box
+        is at rest (0.0)."""
+
     def warm_files(self, paths: list[str], budget_s: float) -> dict:
         """Read these host files once before the night (the page cache then holds the model, as it
         will for every boot after the first), within ``budget_s`` seconds: {files, bytes, seconds,

@@ -66,6 +66,7 @@ class MeasurePlan:
     idle_timeout_s: float = 60.0       # no byte for this long = a stall
     max_invalid_per_depth: int = 1     # more than this at any depth: the arm is invalid
     max_model_len: int | None = None   # None: ask the engine (/v1/models)
+    background_cores: float = 0.0      # other processes' CPU load on the box at rest (arms.conditions)
 
     def __post_init__(self) -> None:
         if not self.depths or any(type(d) is not int or d < 1 for d in self.depths):
@@ -454,7 +455,7 @@ def measure_engine(base_url: str, plan: MeasurePlan, api: EngineAPI, *,
             if conditions is None:
                 return r
             cond = conditions.stop()
-            why = contention(cond)
+            why = contention(cond, background=plan.background_cores)
             if why:
                 log.info("[measure depth %d] run contended: %s", depth, why)
             return dataclasses.replace(r, conditions=cond, contended=why)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from arms.conditions import foreign_cores
+from arms.conditions import foreign_cores, rest_load
 
 log = logging.getLogger("tuner.host.conditions")
 
@@ -266,6 +266,27 @@ def _cpu_freq() -> float | None:
     except Exception:  # noqa: BLE001 - not every kernel or VM exposes it
         return None
     return round(f.current, 1) if f is not None and f.current else None
+
+
+def read_rest_load(seconds: float = 2.0, windows: int = 4, *, sleep: Callable[[float], None] = time.sleep,
+                   clock: Callable[[], float] = time.monotonic) -> dict:
+    """Other processes' CPU load on the box while no engine of ours runs: the box's busy CPU
+    seconds minus this process's own, per wall second, over ``windows`` windows of
+    ``seconds / windows`` each; ``cores`` is the smallest (``arms.conditions.rest_load``).
+    Never raises: ``cores`` is None when psutil cannot read the box."""
+    samples: list[float | None] = []
+    for _ in range(max(1, windows)):
+        try:
+            b0, o0, w0 = busy_and_steal_s()[0], time.process_time(), clock()
+            sleep(seconds / max(1, windows))
+            b1, o1, w1 = busy_and_steal_s()[0], time.process_time(), clock()
+        except Exception as e:  # noqa: BLE001 - a box that cannot say has no background figure
+            log.debug("rest load unreadable: %s", e)
+            samples.append(None)
+            continue
+        fc = foreign_cores(b1 - b0, 0.0, o1 - o0, w1 - w0)
+        samples.append(None if fc is None else round(fc, 3))
+    return {"source": "psutil", "cores": rest_load(samples), "samples": samples, "seconds": seconds}
 
 
 def for_container(host: Any, cid: str, **kw: Any) -> BoxConditions:

@@ -48,6 +48,7 @@ class FakeHost(RealTime):
         self.units: dict[str, str] = {}          # unit -> active | inactive | failed (and "+masked")
         self.unit_calls: list[tuple[str, str]] = []
         self.foreign_cores = 0.0                 # what ``conditions`` reports as other processes' CPU load
+        self.rest_cores = 0.0                    # what ``rest_load`` reports: the box's load at rest
 
     def resolve_image(self, ref: str) -> ImageInfo:
         self.calls.append(("resolve_image", ref))
@@ -137,6 +138,10 @@ class FakeHost(RealTime):
         from host.conditions import VirtualConditions
 
         return VirtualConditions(self.now, lambda t0, t1: self.foreign_cores, "fake")
+
+    def rest_load(self, seconds: float = 2.0) -> dict:
+        """No machine under a fake: ``rest_cores`` (set it to script a box that is never idle)."""
+        return {"source": "fake", "cores": self.rest_cores, "samples": [self.rest_cores], "seconds": 0.0}
 
     def list_managed(self, labels: dict[str, str] | None = None) -> list[tuple[str, dict[str, str]]]:
         want = {LABEL_MANAGED: "1", **(labels or {})}

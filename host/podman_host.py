@@ -268,6 +268,12 @@ class PodmanHost(RealTime, Systemctl):
 
         return for_container(self, cid)
 
+    def rest_load(self, seconds: float = 2.0) -> dict:
+        """Other processes' CPU load on the box before the night's first boot (``host.conditions``)."""
+        from host.conditions import read_rest_load
+
+        return read_rest_load(seconds)
+
     def list_managed(self, labels: dict[str, str] | None = None) -> list[tuple[str, dict[str, str]]]:
         filters = [f"label={LABEL_MANAGED}=1"] + [f"label={k}={v}" for k, v in (labels or {}).items()]
         return [(c.id, dict(c.labels or {})) for c in self.client.containers.list(all=True, filters=filters)]

@@ -433,6 +433,21 @@ class SimHost:
     def access(self, ctr: _Ctr, method: str, path: str, status: int) -> None:
         self._emit(ctr, access_line("127.0.0.1", next(self._ports), method, path, status))
 
+    def rest_load(self, seconds: float = 2.0) -> dict:
+        """A simulated box at rest: the cores of the landscape's ``tenant`` that holds the box at
+        this moment (one there from the night's start is the box's background; one that comes
+        later is a tenant), no virtual time passing; the machine running the simulation is never read."""
+        cores = 0.0
+        if self.landscape:
+            try:
+                import yaml
+
+                tens = realbox.tenants(yaml.safe_load(Path(self.landscape).read_text()) or {})
+                cores = realbox.tenant_cores(tens, self.now(), self.now()) if tens else 0.0
+            except Exception:  # noqa: BLE001 - a landscape that cannot say: the boot reports its error
+                cores = 0.0
+        return {"source": "simulated", "cores": round(cores, 3), "samples": [round(cores, 3)], "seconds": 0.0}
+
     def warm_files(self, paths: list[str], budget_s: float) -> dict:
         """The simulated model is read once: the page cache holds it, so the landscape's cold
         boots (``cold_start``) are spent; no virtual time passes."""

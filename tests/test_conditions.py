@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from arms.conditions import FOREIGN_CORES_LIMIT, NoConditions, contention, foreign_cores
+from arms.conditions import FOREIGN_CORES_LIMIT, NoConditions, contention, foreign_cores, rest_load
 from arms.measure import Measurement, MeasurePlan
 from host import conditions as hc
 from host.simhost import SimHost
@@ -47,6 +47,51 @@ def test_which_runs_are_marked_contended(cond, marked):
         assert "pid 4711 (python3)" in why
     elif marked:
         assert f">= {FOREIGN_CORES_LIMIT:g}" in why
+
+
+BACKGROUND = [          # (foreign cores in the run, the box's load at rest, marked)
+    (1.02, 0.0, True),      # a core-burner that came after the night began
+    (1.02, 1.0, False),     # ... one that was there at rest: the box's own load, on both sides
+    (1.49, 1.0, False),
+    (1.5, 1.0, True),       # the limit above the background marks
+    (2.0, 1.0, True),       # a second process on top of the box's own
+    (0.6, -0.2, True),      # a negative background (a counter's granularity) is 0
+]
+
+
+@pytest.mark.parametrize("cores, rest, marked", BACKGROUND)
+def test_a_run_is_contended_only_above_the_boxs_load_at_rest(cores, rest, marked):
+    why = contention({"foreign_cores": cores}, background=rest)
+    assert (why is not None) == marked
+    if marked and rest > 0:
+        assert f">= {FOREIGN_CORES_LIMIT + rest:g}" in why and f"{rest:.2f} at rest" in why
+
+
+def test_the_load_at_rest_is_the_quietest_window():
+    assert rest_load([1.1, 0.98, 2.7, 1.02]) == 0.98        # a burst in one window is not the box's load
+    assert rest_load([None, 0.04]) == 0.04
+    assert rest_load([None, None]) is None and rest_load([]) is None
+
+
+def test_the_real_box_at_rest_reads_a_core_burner_started_before_it(tmp_path):
+    """A process busy on one core before the night: the real reading sees about one core (this
+    process's own CPU time is not counted); an idle wait in this process adds nothing."""
+    import subprocess
+    import sys
+
+    idle = hc.read_rest_load(0.4, windows=2)
+    assert idle["source"] == "psutil" and len(idle["samples"]) == 2
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        import time
+
+        time.sleep(0.3)
+        busy = hc.read_rest_load(1.0, windows=2)
+    finally:
+        burner.kill()
+        burner.wait()
+    assert busy["cores"] is not None and busy["cores"] >= 0.6          # the burner's core (it shares 2 cores)
+    assert busy["cores"] > (idle["cores"] or 0.0) + 0.4 or (idle["cores"] or 0.0) > 0.6   # a loaded CI box
 
 
 def test_foreign_load_is_the_box_less_the_container_and_the_tuner():
@@ -286,3 +331,44 @@ def test_a_night_leaves_out_the_runs_a_tenant_held_and_the_journal_counts_them(t
         valid = sum(run["valid"] for e in span for d in e["measurement"]["depths"].values() for run in d["runs"])
         warm = sum(steady(e["measurement"]).warmup_runs for e in span)
         assert c["runs"][1] + c["contended"][1] + (c.get("disturbed") or [0, 0])[1] + warm == valid
+
+
+def test_a_load_there_all_night_is_the_boxs_own_and_no_run_is_left_out(tmp_path):
+    """A tenant on the box from before the night to its end (1.0 core, rates x 0.9): the night
+    reads it at rest, journals it once (a resume reads it back, never again), and judges every run
+    against it: none is marked contended, the comparisons leave nothing out, and the night moves
+    the incumbent as a quiet box's would. The same tenant arriving at hour 1 is still a tenant."""
+    from arms.profiles import load_profile
+    from tests.test_campaign_sim import campaign
+    from tuner.night.campaign import load_campaign
+    from tuner.night.loop import CampaignLoop
+
+    def night(extra: str, name: str, hours: float) -> list[dict]:
+        folder = tmp_path / name
+        folder.mkdir()
+        land = _land(folder, extra)
+        path = campaign(folder, name)
+        camp, host = SimHost.pinned(load_campaign(path), landscape=str(land), noise_seed=5)
+        CampaignLoop(camp, host, load_profile("simengine"), deadline=host.now() + hours * 3600).run()
+        camp, host = SimHost.pinned(load_campaign(path), landscape=str(land), noise_seed=6)   # a resume
+        CampaignLoop(camp, host, load_profile("simengine"), deadline=host.now() + hours * 3600 + 1800).run()
+        return [json.loads(x) for x in (camp.folder / "journal.jsonl").read_text().splitlines()]
+
+    def runs(recs):
+        return [run for r in recs if r["op"] == "arm_end" and r.get("measurement")
+                for d in r["measurement"]["depths"].values() for run in d["runs"]]
+
+    allnight = night("tenant: {at_hours: 0, until_hours: 99, cores: 1.0, factor: 0.9}\n", "allnight", 2)
+    rest = [r for r in allnight if r["op"] == "note" and r.get("text") == "box at rest"]
+    assert len(rest) == 1 and rest[0]["cores"] == 1.0 and rest[0]["source"] == "simulated"
+    assert all(r.get("text") != "box at rest" or r["seq"] == rest[0]["seq"] for r in allnight)
+    got = runs(allnight)
+    assert len(got) >= 30 and all(run["conditions"]["foreign_cores"] == 1.0 for run in got)
+    assert not any(run.get("contended") for run in got)
+    assert not [r for r in allnight if r["op"] == "compare" and "contended" in r["comparison"]]
+    assert [r for r in allnight if r["op"] == "incumbent"]          # the night still decides
+
+    later = night("tenant: {at_hours: 1, until_hours: 99, cores: 1.0, factor: 0.9}\n", "later", 2)
+    rest = [r for r in later if r["op"] == "note" and r.get("text") == "box at rest"]
+    assert len(rest) == 1 and rest[0]["cores"] == 0.0
+    assert any(run.get("contended") for run in runs(later))         # it came after the box was read at rest

@@ -176,6 +176,20 @@ def test_conditions_around_a_run_in_one_shape(env):
         host.remove(cid)
 
 
+def test_the_box_at_rest_in_one_shape(env):
+    """Host.rest_load: every host reads the box's load with no engine running, in one shape: the
+    real one over the seconds asked (this process's own CPU time not counted), a simulated or
+    fake one its model (no tenant, no scripted load: an idle box)."""
+    host, _, _ = env
+    d = host.rest_load(0.4)
+    assert {"source", "cores", "samples", "seconds"} <= set(d), d
+    assert d["cores"] is None or (isinstance(d["cores"], float) and d["cores"] >= 0)
+    if d["source"] == "psutil":
+        assert d["seconds"] == 0.4 and len(d["samples"]) >= 2 and d["cores"] == min(x for x in d["samples"] if x is not None)
+    else:
+        assert d["cores"] == 0.0
+
+
 def test_port_holder_names_our_running_container_and_a_free_port_has_none(env):
     host, _, ref = env
     s = spec(ref, "tuner-contract-arm5")

@@ -1,15 +1,17 @@
 """The night's opening and the study kept in step with the journal: a part of ``CampaignLoop``
 (a mixin, as ``tuner.night.judging``). At the start: the campaign's identity, the arms a crash cut
 off (this box's: a shared campaign's other boxes are running theirs), the arms of a box gone silent
-(tuner/night/shared.py), a win whose promotion the crash cut off, the page cache warmed once, and
+(tuner/night/shared.py), a win whose promotion the crash cut off, the page cache warmed once, the box's load at rest, and
 the Optuna study reconciled to the journal. Then, all night: telling each trial what its arm
 journaled, once its verdict is final."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from optuna.trial import TrialState
 
+from arms.conditions import FOREIGN_CORES_LIMIT
 from arms.errors import ConfigError
 from arms.lifecycle import model_paths, sweep_orphans
 from arms.verdict import untrusted
@@ -22,6 +24,8 @@ from tuner.night.study import fail_unclaimed, sync_study
 from tuner.night.verdict import promotes
 
 log = logging.getLogger("tuner.loop")
+REST_NOTE = "box at rest"   # the journal note of the box's background load (``_box_at_rest``)
+REST_S = 2.0           # seconds the box's load at rest is read over
 WARM_BUDGET_S = 900.0  # a new night reads its model's files once, for at most this long (host/pagecache.py)
 
 
@@ -39,7 +43,29 @@ class Opening:
             self._set_clock_and_deadline(self._proposed)
             if self._warm:
                 self._warm_page_cache()
+        self._box_at_rest()
         return st
+
+    def _box_at_rest(self) -> None:
+        """The box's background: other processes' CPU load before this box's first boot of the
+        night (no engine of ours runs: the orphans were swept), read once per night and box and
+        journaled; a resume reads it back. Runs are judged contended only above it
+        (``arms.conditions``): a load that was there all along is the box's, on both sides of every
+        comparison."""
+        said = [r for r in self.journal.records if r.get("op") == "note" and r.get("text") == REST_NOTE
+                and r.get("box") == self.box]
+        if said:
+            cores = said[0].get("cores")
+        else:
+            read = getattr(self.host, "rest_load", None)
+            got = read(REST_S) if read is not None else {"source": "none", "cores": None}
+            self.journal.append("note", text=REST_NOTE, **({"box": self.box} if self.box else {}), **got)
+            cores = got.get("cores")
+            if isinstance(cores, (int, float)):
+                log.info("[night REST] other processes use %.2f cores with no engine running: a run is contended "
+                         "above %.2f", cores, cores + FOREIGN_CORES_LIMIT)
+        if isinstance(cores, (int, float)) and not isinstance(cores, bool) and cores > 0:
+            self.runner.plan = replace(self.runner.plan, background_cores=float(cores))
 
     def _start_locked(self) -> State:
         h = campaign_hash(self.camp)
