@@ -193,3 +193,18 @@ def test_a_shape_met_again_hours_later_says_nothing_about_the_boot_spread():
     assert boot_spread(far).pairs == 0
     near = [[boot(0, 0.0, 30.0, rng), boot(3, 3.0, 30.0, rng)] for _ in range(8)]
     assert boot_spread(near).pairs == 8
+
+
+def test_a_night_of_one_second_arms_writes_its_drift_capped_not_an_overflow():
+    """A test night of a real llama-server boots an arm a second: an incumbent step of 30 % across
+    a block 0.0005 h wide is a per-hour log rate of ~500, whose expm1 overflows. The comparison is
+    still made and the block's drift written capped (e^20 - 1; a drop: -1)."""
+    from tuner.night.compare import GROWTH_CAP, growth
+
+    rng = random.Random(5)
+    chal, inc = night("AABA", 0.0, 0.0, rng, dt=1 / 3600, step_at=2.5 / 3600, step=1.3)
+    c = blocked(chal, inc)
+    assert c is not None and c.blocks[0]["drift_per_h"] == round(math.expm1(GROWTH_CAP), 5)
+    chal, inc = night("AABA", 0.0, 0.0, rng, dt=1 / 3600, step_at=2.5 / 3600, step=0.7)
+    assert blocked(chal, inc).blocks[0]["drift_per_h"] == round(math.expm1(-GROWTH_CAP), 5)
+    assert growth(-1e4) == math.expm1(-GROWTH_CAP) and growth(0.01) == math.expm1(0.01)

@@ -45,7 +45,7 @@ from statistics import NormalDist
 from dataclasses import dataclass
 
 from tuner.night.compare import (DRIFT_Z, MIN_EFFECT, SIGMA_FLOOR, Comparison, Drift, Side, _split_runs,
-                                 _welch_df, decide, estimate_drift)
+                                 _welch_df, decide, estimate_drift, growth)
 
 BRACKET = 2      # incumbent boots read on each side of a challenger's boot
 JUMP_Z = 4.0     # an incumbent that moved this many standard errors across a block jumped
@@ -273,8 +273,8 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
         blocks.append({"boot": b.arm, "ref": [r.arm for r in refs], "w": [round(x, 3) for x in w],
                        "diff": round(math.expm1(d), 5), "closed": closed and not jumped,
                        **({"jumped": True} if jumped else {}),
-                       **({"drift_shift": round(math.expm1(shift), 5)} if shift else {}),
-                       **({"drift_per_h": round(math.expm1(seen), 5)} if seen is not None else {})})
+                       **({"drift_shift": round(growth(shift), 5)} if shift else {}),
+                       **({"drift_per_h": round(growth(seen), 5)} if seen is not None else {})})
     log_eff = sum(diffs) / J
     chal_arms = {b.arm for b in chal}
     few = spread.pairs < MIN_SPREAD_PAIRS      # a spread from a pair or two: its upper bound, taken as known

@@ -51,6 +51,16 @@ SIGMA_FLOOR = 0.004        # a relative sigma below this is not believed (three 
 DRIFT_Z = 2.0              # a drift is corrected for once its slope is this many standard errors from 0
 
 
+GROWTH_CAP = 20.0    # |log| of a per-hour rate beyond this is written capped (e^20 - 1 is "huge", never an overflow)
+
+
+def growth(log_rate: float) -> float:
+    """A per-hour log rate as a relative change per hour, ``expm1``; a rate taken over seconds
+    (a test night of one-second arms: a 0.3 step in 0.0003 h) is capped at ``GROWTH_CAP``
+    instead of overflowing."""
+    return math.expm1(max(-GROWTH_CAP, min(GROWTH_CAP, log_rate)))
+
+
 def runs_by_depth(measurement: dict | None, depth: int | None = None) -> dict[str, list[float]]:
     """{depth: [log decode tok/s of each valid, undisturbed run]} of one measurement (to_dict form)."""
     return _split_runs(measurement, depth)[0]
@@ -303,7 +313,7 @@ def compare(challenger: Side, incumbent: Side, *, alpha: float, drop_alpha: floa
         t0 = statistics.fmean(incumbent.times)
         gap = statistics.fmean(challenger.times) - t0
         challenger, incumbent = challenger.shifted(drift.per_h, t0), incumbent.shifted(drift.per_h, t0)
-        drift_var, drift_per_h = (drift.se * gap) ** 2, math.expm1(drift.per_h)
+        drift_var, drift_per_h = (drift.se * gap) ** 2, growth(drift.per_h)
     pc, pi = challenger.pooled(), incumbent.pooled()
     depths = sorted(d for d in pc if d in pi and len(pc[d]) >= 2 and len(pi[d]) >= 2)
     if not depths:
