@@ -172,8 +172,8 @@ class Host(Protocol):
     def rest_load(self, seconds: float = 2.0) -> dict:
         """Other processes' CPU load on the box while no engine of ours runs, read over about
         ``seconds`` before the night's first boot: {source, cores (None: unreadable), samples,
-        seconds}. A run is contended only above it (``arms.conditions``). A simulated host's box
-        is at rest (0.0)."""
+        seconds}. A run is contended only above it (``arms.conditions``). A simulated host reports
+        its landscape's tenant at this moment (0.0 without one), never the machine it runs on."""
 
     def warm_files(self, paths: list[str], budget_s: float) -> dict:
         """Read these host files once before the night (the page cache then holds the model, as it

@@ -275,10 +275,11 @@ def read_rest_load(seconds: float = 2.0, windows: int = 4, *, sleep: Callable[[f
     ``seconds / windows`` each; ``cores`` is the smallest (``arms.conditions.rest_load``).
     Never raises: ``cores`` is None when psutil cannot read the box."""
     samples: list[float | None] = []
-    for _ in range(max(1, windows)):
+    n = max(1, windows)
+    for _ in range(n):
         try:
             b0, o0, w0 = busy_and_steal_s()[0], time.process_time(), clock()
-            sleep(seconds / max(1, windows))
+            sleep(seconds / n)
             b1, o1, w1 = busy_and_steal_s()[0], time.process_time(), clock()
         except Exception as e:  # noqa: BLE001 - a box that cannot say has no background figure
             log.debug("rest load unreadable: %s", e)

@@ -38,9 +38,9 @@ from arms.errors import HostError
 from arms.host import ContainerSpec, ContainerState, LogFollower
 from simengine import realbox
 from simengine.boot import Boot
-from simengine.cli import Log, PrepareError, prepare
+from simengine.cli import Log, PrepareError, known_flags, prepare
 from simengine.engine import EngineCore
-from simengine.landscape import DEFAULT_LANDSCAPE, Landscape, load_landscape
+from simengine.landscape import DEFAULT_LANDSCAPE, Landscape, LandscapeError, load_landscape
 from simengine.server import access_line
 
 from .fake import FakeHost
@@ -437,15 +437,11 @@ class SimHost:
         """A simulated box at rest: the cores of the landscape's ``tenant`` that holds the box at
         this moment (one there from the night's start is the box's background; one that comes
         later is a tenant), no virtual time passing; the machine running the simulation is never read."""
-        cores = 0.0
-        if self.landscape:
-            try:
-                import yaml
-
-                tens = realbox.tenants(yaml.safe_load(Path(self.landscape).read_text()) or {})
-                cores = realbox.tenant_cores(tens, self.now(), self.now()) if tens else 0.0
-            except Exception:  # noqa: BLE001 - a landscape that cannot say: the boot reports its error
-                cores = 0.0
+        try:
+            tens = realbox.tenants(cached_landscape(self.landscape, known_flags()).data)
+        except (LandscapeError, OSError):       # a landscape that cannot load: the first boot says why
+            tens = ()
+        cores = float(realbox.tenant_cores(tens, self.now(), self.now()))
         return {"source": "simulated", "cores": round(cores, 3), "samples": [round(cores, 3)], "seconds": 0.0}
 
     def warm_files(self, paths: list[str], budget_s: float) -> dict:

@@ -57,14 +57,13 @@ class Opening:
         if said:
             cores = said[0].get("cores")
         else:
-            read = getattr(self.host, "rest_load", None)
-            got = read(REST_S) if read is not None else {"source": "none", "cores": None}
+            got = self.host.rest_load(REST_S)
             self.journal.append("note", text=REST_NOTE, **({"box": self.box} if self.box else {}), **got)
             cores = got.get("cores")
-            if isinstance(cores, (int, float)):
+            if cores is not None:
                 log.info("[night REST] other processes use %.2f cores with no engine running: a run is contended "
                          "above %.2f", cores, cores + FOREIGN_CORES_LIMIT)
-        if isinstance(cores, (int, float)) and not isinstance(cores, bool) and cores > 0:
+        if cores:
             self.runner.plan = replace(self.runner.plan, background_cores=float(cores))
 
     def _start_locked(self) -> State:
