@@ -251,6 +251,27 @@ class PodmanHost(RealTime, Systemctl):
         except NotFound:
             return None
 
+    def default_ulimits(self, image: str) -> dict[str, int]:
+        """The soft nofile/nproc limits this podman service gives a container of ``image`` that
+        asks for none (containers.conf's ``default_ulimits``, whichever file the service read): a
+        throwaway container is created (never started), read and removed."""
+        import uuid
+
+        ctr = self.client.containers.create(image, command=["true"], name=f"offload-tuner-ulimits-{uuid.uuid4().hex[:8]}")
+        try:
+            ulimits = (ctr.attrs.get("HostConfig") or {}).get("Ulimits") or []
+            if not ulimits:
+                ctr.reload()
+                ulimits = (ctr.attrs.get("HostConfig") or {}).get("Ulimits") or []
+        finally:
+            self.remove(ctr.id)
+        out = {}
+        for u in ulimits:
+            name = str(u.get("Name", "")).lower().removeprefix("rlimit_")
+            if name in ("nofile", "nproc") and isinstance(u.get("Soft"), int):
+                out[name] = u["Soft"]
+        return out
+
     def inspect_image(self, ref: str) -> dict:
         """``podman image inspect`` of an image by reference or id, as plain data."""
         return self.client.images.get(ref).attrs

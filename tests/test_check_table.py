@@ -121,6 +121,10 @@ CASES = [
     ("llamacpp-model-missing", "name: table\nengine: llamacpp\nbaseline:\n  image: localhost/x:1\n"
                                "  model: /models/not-here.gguf  #!\n  args: {threads: 1}\nlevers:\n  threads: [1, 2]\n",
      "baseline.model", "model /models/not-here.gguf does not exist on this host"),
+    ("vllm-model-folder-not-a-model",
+     lambda d: f"name: table\nengine: vllm\nbaseline:\n  image: localhost/x:1\n  model: /models/tiny  #!\n"
+               f"  mounts: ['{d}:/models/tiny:ro']\nlevers:\n  max-num-seqs: [2, 8]\n",
+     "baseline.model", "is a folder without config.json"),
     ("llamacpp-flag-word", "name: table\nengine: llamacpp\nbaseline:\n  image: localhost/x:1\n  model: /models/q.gguf\n"
                            "  args:\n    threads: 1\n    fa: 'yes'  #!\nlevers:\n  threads: [1, 2]\n",
      "baseline.args.fa", "-fa takes on, off, auto"),

@@ -66,8 +66,31 @@ def test_create_command_keeps_cdi_names_and_asked_ulimits():
     attrs["Config"]["CreateCommand"] = ["podman", "run", "--device", "nvidia.com/gpu=all", "--ulimit=nofile=4096:4096"]
     ins = shape_from_inspect(attrs, IMAGE)
     assert ins.shape.devices == ("nvidia.com/gpu=all",)
-    assert dict(ins.shape.options) == {"network": "bridge", "ulimits": {"nofile": 4096}, "shm_size": 17179869184}
+    assert dict(ins.shape.options) == {"network": "bridge", "ulimits": {"nofile": 4096}, "shm_size": "16g"}
     assert ins.shape.port == 8000 and "no --port" in ins.notes[0]
+
+
+@pytest.mark.parametrize("size,text", [(17179869184, "16g"), (1073741824, "1g"), (1572864000, "1500m"),
+                                       (65536001, "65536001"), (67584, "66k"), (2 ** 20, "1m")])
+def test_a_shm_size_is_written_in_the_largest_exact_unit(size, text):
+    from tuner.production.init import size_text
+
+    assert size_text(size) == text
+    ins = shape_from_inspect(inspect(["/m"], ShmSize=size), IMAGE)
+    assert dict(ins.shape.options)["shm_size"] == text
+
+
+# a container created through the API has no CreateCommand: nofile/nproc are kept only where they differ
+# from what the same podman service gives a container that asks for none (None: not known, dropped)
+@pytest.mark.parametrize("defaults,want", [
+    (None, {}),
+    ({"nofile": 20000, "nproc": 16384}, {}),
+    ({"nofile": 65536, "nproc": 16384}, {"nofile": 20000}),
+    ({"nofile": 1024, "nproc": 4096}, {"nofile": 20000, "nproc": 16384}),
+])
+def test_api_created_nofile_and_nproc_are_kept_where_they_differ_from_podmans_defaults(defaults, want):
+    ins = shape_from_inspect(inspect(["/m"]), IMAGE, default_ulimits=defaults)
+    assert dict(ins.shape.options).get("ulimits", {}) == want
 
 
 def test_an_overridden_entrypoint_is_refused():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import shutil
 
@@ -590,3 +591,52 @@ def test_a_llamacpp_night_journals_its_bandwidth_at_the_start_and_a_simulated_on
     assert facts["membw"]["gbs"] > 0 and "start of the night" in facts["membw"]["source"]
     assert _night_facts(SimpleNamespace(membw_gbs=25.0), llama) == {}      # the campaign gives it
     assert _night_facts(SimpleNamespace(membw_gbs=None), vllm) == {}
+
+
+# -- a block's drift, said in what an operator can use ------------------------------------------------------
+def _block_frame(times: dict[int, float]):
+    from types import SimpleNamespace
+
+    arms = {n: SimpleNamespace(end={"t": 1000.0 + t}) for n, t in times.items()}
+    return SimpleNamespace(arms=arms, st=SimpleNamespace(started={"t": 1000.0}))
+
+
+@pytest.mark.parametrize("times,refs,per_h,want", [
+    # a real 2-core night: incumbent boots 3 minutes apart, +5 % between them -> "+4000 %/h" said as the move
+    ({1: 60, 2: 150, 3: 240}, [1, 3], math.expm1(math.log1p(0.05) / (180 / 3600)),
+     "the incumbent moved +5.0% across it (3 min)"),
+    ({1: 0, 2: 1800, 3: 7200}, [1, 3], 0.02, "incumbent drift across it +2.0%/h"),     # two hours: per hour
+    ({1: 60, 2: 150, 3: 240}, [1, 3], -0.5, "the incumbent moved -3.4% across it (3 min)"),
+    # two incumbent boots each side: the step the block saw is between the two right around the challenger's
+    ({0: 0, 1: 60, 2: 150, 4: 240, 6: 900}, [0, 1, 4, 6], math.expm1(math.log1p(0.05) / (180 / 3600)),
+     "the incumbent moved +5.0% across it (3 min)"),
+])
+def test_a_blocks_drift_is_the_move_across_it_when_it_spans_minutes(times, refs, per_h, want):
+    from tuner.morning.report_blocks import block_lines
+
+    line, = block_lines(_block_frame(times), {"blocks": [{"boot": 2, "ref": refs, "w": [1 / len(refs)] * len(refs),
+                                                          "diff": 0.8, "closed": True, "drift_per_h": per_h}]})
+    assert line.endswith(want), line
+
+
+@pytest.mark.parametrize("name", ["docs/example-report-llamacpp", "docs/example-report-vllm",
+                                  "docs/example-report-vllm-goodput"])
+def test_a_real_nights_committed_report_is_what_its_journal_renders_today(name, tmp_path, utc):
+    """A real night (llama-server, vLLM) cannot be run again the same, but its report is a pure function
+    of the journal committed beside it: `python scripts/rerender_examples.py` writes it anew."""
+    import importlib.util
+
+    from report_journals import REPO
+
+    spec = importlib.util.spec_from_file_location("rerender_examples", REPO / "scripts" / "rerender_examples.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    folder = REPO / name
+    committed, trailer = mod.split((folder / "REPORT.md").read_text())
+    assert trailer.startswith(mod.TRAILER), "the trailer that says how the night was run is missing"
+    mod.models()
+    md = render_markdown(build_report(mod.staged(folder, tmp_path)))
+    assert committed == md, f"{name}/REPORT.md is stale: run `.venv/bin/python scripts/rerender_examples.py`"
+    if name.endswith("goodput"):      # the knee and the goodput at the SLO, per swept arm
+        table = md.split("## Concurrency sweep", 1)[1].split("\n## ", 1)[0]
+        assert "| Arm | goodput at SLO | knee | concurrency 1 |" in table and table.count("meets the SLO") >= 4

@@ -10,6 +10,7 @@ image is built once (~5-14 min on first use, from the cached inputs).
 """
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from arms.boot import BootLimits, boot_arm
 from arms.profiles import load_profile
 from arms.shape import Shape
+from tuner.night.campaign import load_campaign
 from tests.conftest import REPO, free_port
 
 pytestmark = pytest.mark.podman
@@ -70,22 +72,30 @@ def test_the_model_is_the_same_bytes_from_the_same_seed(vllm_model, tmp_path):
     assert digest(r.stderr) == digest(cached.stderr)
 
 
-def boot(podman_host, s: Shape, tmp_path, name: str, measure: bool = False):
-    """One boot (and, asked, one measured run at depth 128 while it serves); the container is
-    gone afterwards."""
-    from arms.measure import MeasurePlan, measure_engine
-    from arms.prompts import api_from_profile
-
-    m = None
+def boot(podman_host, s: Shape, tmp_path, name: str, during=None):
+    """One boot; ``during(booted)`` runs while it serves (its result returned beside the boot's);
+    the container is gone afterwards."""
+    out = None
     with boot_arm(podman_host, s, PROFILE, campaign="vllm-boot", arm=name, folder=tmp_path / name,
                   limits=LIMITS) as (result, b):
         cid = b.cid if b is not None else None
-        if measure and result.ready:
-            m = measure_engine(b.base_url, MeasurePlan(depths=(128,), runs=1, warm_tokens=8, max_tokens=32),
-                               api_from_profile(PROFILE))
+        if during is not None and result.ready:
+            out = during(b)
     if cid:
         assert podman_host.state(cid).status == "missing", "the container outlived its arm"
-    return result, m
+    return result, out
+
+
+def ten_runs(b):
+    """Ten measured runs in a row at depth 512, each paired with the engine's own /metrics deltas
+    around it (arms.engine_timing: one request at a time, a scrape before and after)."""
+    from arms.engine_timing import ScrapePairing
+    from arms.measure import MeasurePlan, measure_engine
+    from arms.prompts import api_from_profile
+
+    return measure_engine(b.base_url, MeasurePlan(depths=(512,), runs=10, warm_tokens=8, max_tokens=64,
+                                                  max_invalid_per_depth=0),
+                          api_from_profile(PROFILE), conditions=ScrapePairing(b.base_url))
 
 
 def test_a_real_vllm_boots_with_its_memory_plan_measures_and_boots_again_on_its_compile_cache(
@@ -93,9 +103,19 @@ def test_a_real_vllm_boots_with_its_memory_plan_measures_and_boots_again_on_its_
     cache = tmp_path / "compile-cache"
     cache.mkdir()
     s = shape(vllm_image, vllm_model, cache)
-    cold, m = boot(podman_host, s, tmp_path, "cold", measure=True)
+    out = tmp_path / "from-container.yaml"
+
+    def serving(b):       # while the cold boot serves: ten measured runs, then init --from-container
+        from arms.lifecycle import container_name
+        from tuner import cli
+
+        m = ten_runs(b)
+        return m, cli.main(["init", "--from-container", container_name("vllm-boot", "cold"), "-o", str(out)])
+
+    cold, got = boot(podman_host, s, tmp_path, "cold", during=serving)
     rep = cold.report
     assert cold.outcome == "ready", (cold.outcome, rep.evidence)
+    m, init_rc = got
     assert rep.engine_version == "0.32.0"
     # the memory plan of the CPU build: 1 GiB (VLLM_CPU_KVCACHE_SPACE) of bf16 KV at 2 KiB a token
     # (4 layers x K and V x 2 heads x 64 x 2 bytes), 2,048 tokens a request
@@ -105,12 +125,35 @@ def test_a_real_vllm_boots_with_its_memory_plan_measures_and_boots_again_on_its_
     assert rep.non_default_args["max_model_len"] == 2048 and rep.non_default_args["served_model_name"] == ["tiny-moe"]
     assert rep.compile_cache_hit is False                  # an empty cache: compiled and saved
     assert list(cache.glob("vllm/torch_compile_cache/torch_aot_compile/*/rank_0_0/model"))
-    # one measured run: decode from the usage counters (completion tokens over the stream's decode time)
+    # ten measured runs in a row lose nothing: each the engine's one request between two scrapes,
+    # its tokens the engine's own count, its prompt never served from the prefix cache (cache_salt)
+    from arms.engine_timing import engine_run
+
     assert m is not None and m.outcome == "measured", m and m.reason
-    run = m.depths[128].runs[0]
-    assert run.valid and run.completion_tokens == 32 and run.prompt_tokens >= 128, run
-    assert run.decode_tok_s and run.decode_tok_s > 1.0, run
-    assert run.text.strip(), "greedy text of the bigram head is never empty"
+    runs = m.depths[512].runs
+    assert len(runs) == 10 and all(r.valid for r in runs), [r.reason for r in runs]
+    for i, r in enumerate([m.warm, *runs]):
+        e = engine_run(r.conditions)
+        assert e is not None, ("a run did not pair with exactly one request", i, r.conditions)
+        assert e.generation_tokens == r.completion_tokens and e.prompt_tokens == r.prompt_tokens, (i, e, r)
+        assert e.prefix_cache_hits == 0, ("the salted prompt was served from the prefix cache", i, e)
+        assert e.decode_tok_s and e.ttft_s and e.ttft_s <= r.ttft_s, (i, e, r)   # the engine's interval lies inside ours
+    for i, r in enumerate(runs):     # the figures, for the log: their 2 % tolerance is bench/vllm_timing.py's
+        e = engine_run(r.conditions)
+        print(f"run {i + 1}: decode {r.decode_tok_s:.1f} vs engine {e.decode_tok_s:.1f} "
+              f"({r.decode_tok_s / e.decode_tok_s - 1:+.2%}), ttft {r.ttft_s * 1e3:.1f} ms vs {e.ttft_s * 1e3:.1f} ms")
+    assert runs[0].completion_tokens == 64 and runs[0].prompt_tokens == 512, runs[0]
+    assert runs[0].text.strip(), "greedy text of the bigram head is never empty"
+    # tuner init --from-container on the running vLLM container: the campaign's baseline is its shape
+    assert init_rc == 0
+    camp = load_campaign(out)
+    assert camp.engine == "vllm", camp.engine
+    # nproc 16384 is also what this podman service gives every container: an API-created container
+    # cannot tell the two apart, so init leaves it to the default, which runs the same limits
+    defaults = podman_host.default_ulimits(s.image)
+    opts, want = dict(camp.baseline.options), dict(s.options)
+    assert {**defaults, **opts.pop("ulimits", {})} == {**defaults, **want.pop("ulimits")}, (defaults, camp.baseline.options)
+    assert opts == want and dataclasses.replace(camp.baseline, options=s.options) == s, [c.describe() for c in s.diff(camp.baseline)]
     warm, _ = boot(podman_host, s, tmp_path, "warm")
     assert warm.outcome == "ready", (warm.outcome, warm.report.evidence)
     # vllm-cpu 0.32.0 with torch 2.13: the AOT artifact saved by the cold boot does not load

@@ -5,6 +5,8 @@ boots that never settled and the runs another process disturbed. Reads the repor
 """
 from __future__ import annotations
 
+import math
+
 from arms import values
 from tuner.night.blocks import Boot, drift_of
 
@@ -19,6 +21,30 @@ def _hours(b, arm: int) -> str:
     return f"{h:.1f} h" if h >= 1 else f"{h * 60:.0f} min"
 
 
+def _span_h(b, arms) -> float | None:
+    """Hours from the first to the last of ``arms``' ends; None when a time is missing."""
+    ts = [((b.arms[a].end or {}).get("t") if a in b.arms else None) for a in arms]
+    if not ts or any(t is None for t in ts):
+        return None
+    return (max(ts) - min(ts)) / 3600
+
+
+def _drift_text(b, bl: dict) -> str:
+    """What the incumbent did across a block: per hour for a block of an hour or more, else how far
+    it moved across the block's span (a rate per hour read over minutes says nothing an operator
+    can use: a 5 % step between boots 3 minutes apart is "+4000 %/h")."""
+    if "drift_per_h" not in bl:
+        return ""
+    refs, boot = bl.get("ref", ()), bl.get("boot")
+    before, after = [r for r in refs if r < boot], [r for r in refs if r > boot]
+    # the drift a block saw is the step between the incumbent boots right around the challenger's
+    span = _span_h(b, (max(before), min(after))) if before and after else None
+    if span is None or span >= 1 or bl["drift_per_h"] <= -1:
+        return f", incumbent drift across it {bl['drift_per_h']:+.1%}/h"
+    moved = math.expm1(math.log1p(bl["drift_per_h"]) * span)
+    return f", the incumbent moved {moved:+.1%} across it ({span * 60:.0f} min)"
+
+
 def block_lines(b, comparison: dict) -> list[str]:
     """One line per block of a blocked comparison: the challenger's boot, the incumbent boots it was
     read against (arm, hour of the night, weight), its difference, and whether it was closed."""
@@ -27,7 +53,7 @@ def block_lines(b, comparison: dict) -> list[str]:
         refs = ", ".join(f"arm {r} ({_hours(b, r)}, w {w:+.2f})" for r, w in zip(bl.get("ref", ()), bl.get("w", ())))
         state = "jumped: the incumbent moved across it, not counted as closed" if bl.get("jumped") else \
             ("closed" if bl.get("closed") else "open: no incumbent boot after it")
-        seen = f", incumbent drift across it {bl['drift_per_h']:+.1%}/h" if "drift_per_h" in bl else ""
+        seen = _drift_text(b, bl)
         out.append(f"boot arm {bl['boot']} ({_hours(b, bl['boot'])}) against {refs}: {bl['diff']:+.1%} — {state}{seen}")
     return out
 

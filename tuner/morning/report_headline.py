@@ -160,7 +160,7 @@ def undecided(b) -> list[tuple[tuple[str, str], dict]]:
 
 
 def _unit(b) -> str:
-    return "tok/s" if b.objective.startswith("decode") else ""
+    return "tok/s" if b.objective.startswith("decode") else ("req/s" if b.objective == "goodput_at_slo" else "")
 
 
 def _error_rate(b) -> float | None:

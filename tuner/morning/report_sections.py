@@ -93,6 +93,8 @@ def memory(b, df: pd.DataFrame) -> Section:
             "max concurrency": ("max_concurrency", lambda v: f"{v:.2f}x"),
             "graphs GiB": ("graphs_gib", lambda v: f"{v:.2f}"), "overhead GiB": ("overhead_gib", lambda v: f"{v:.2f}")}
     idx = df.set_index("arm")
+    # an engine that logs no compile time of its own (vLLM's CPU build) compiles inside "init engine"
+    init_only = bool(df["compile_s"].isna().all() and df["init_engine_s"].notna().any())
     rows = []
     for r in shown.itertuples(index=False):
         ref = None if r.arm in inc_arms else ref_of.get(r.arm)
@@ -104,11 +106,14 @@ def memory(b, df: pd.DataFrame) -> Section:
                 out["graphs"] = _fmt_tokens(r.graphs_count)
         out["boot s"] = _num(r.boot_s, 1)
         out["compile s"] = _num(r.compile_s, 1)
+        if init_only:
+            out["init engine s"] = _num(r.init_engine_s, 1)
         hit = r.compile_cache_hit
         out["compile cache"] = "—" if missing(hit) else ("hit" if hit else "miss")
         rows.append(out)
     s.add("p", "Each arm's plan against the incumbent it was judged against (absolute, then the difference), "
-               "and its boot and compile time:")
+               "and its boot and compile time" + (" (the engine logs no compile time of its own: its compile is "
+                                                  "inside the init engine time)" if init_only else "") + ":")
     s.add("table", pd.DataFrame(rows))
     more = int(df["boot_outcome"].notna().sum()) - len(shown)
     if more > 0:
@@ -247,8 +252,10 @@ def sections(b, df: pd.DataFrame, series: list[dict]) -> list[Section]:
     from tuner.morning.report_boxes import boxes
     from tuner.morning.report_headline import decisions, headline
     from tuner.morning.report_roofline import roofline
+    from tuner.morning.report_sweep import sweep
 
-    out = [headline(b, df, series), decisions(b, df), boxes(b, df), arm_table(b, df), memory(b, df), roofline(b, df),
+    out = [headline(b, df, series), decisions(b, df), boxes(b, df), arm_table(b, df), memory(b, df), sweep(b, df),
+           roofline(b, df),
            failures(b, df), quality(b, df), telemetry(b, df), constraints(b, df), plots(b)]
     return [x for x in out if x is not None]
 

@@ -316,8 +316,9 @@ def lever_problem(baseline, lever, style: str) -> str | None:
 
 
 def host_path_errors(path: Path, raw: dict, shape, family: str, lines) -> list[str]:
-    """Mount sources, devices and (llama.cpp) the model file that must exist on this host, each
-    as ``FILE:LINE: KEY: ...`` at the item that names it."""
+    """Mount sources, devices, (llama.cpp) the model file that must exist on this host and (vLLM) a
+    mounted model folder that must hold config.json, each as ``FILE:LINE: KEY: ...`` at the item
+    that names it."""
     from arms.shape import COMPILE_CACHE_TARGET, Mount
     from tuner.night.campaign_file import key_text
 
@@ -361,4 +362,20 @@ def host_path_errors(path: Path, raw: dict, shape, family: str, lines) -> list[s
             model == m.target or model.startswith(m.target.rstrip("/") + "/") for m in shape.mounts):
         err(("baseline", "model"), f"model {model} does not exist on this host and no mount provides it; "
                                    "give the GGUF's host path (it is mounted read-only at the same path)")
+    if family == "vllm" and model.startswith("/"):
+        host = _host_path(model, shape.mounts)
+        if host is not None and os.path.isdir(host) and not os.path.exists(os.path.join(host, "config.json")):
+            err(("baseline", "model"), f"model {model} is a folder without config.json ({host} on this host): "
+                                       "not a Hugging Face model folder; give the folder that holds config.json, "
+                                       "the tokenizer and the weights")
     return [text for _, text in sorted(out, key=lambda e: e[0])]
+
+
+def _host_path(path: str, mounts) -> str | None:
+    """The host path behind a container ``path`` through the shape's mounts (bind mounts only);
+    None when no mount provides it."""
+    for m in sorted(mounts, key=lambda m: -len(m.target)):
+        t = m.target.rstrip("/")
+        if m.kind == "bind" and (path == t or path.startswith(t + "/")):
+            return m.source.rstrip("/") + path[len(t):]
+    return None

@@ -19,8 +19,11 @@ Shape (pure), ``render_campaign`` writes the commented campaign YAML (pure), and
   network  ``host`` is the default; another mode becomes ``options.network``;
   ipc      HostConfig.IpcMode ``host``, or — podman 4.3 reports ``shareable`` for a host IPC
            namespace — the container's /proc/PID/ns/ipc equal to our own;
-  ulimits  all but nofile/nproc (podman sets those two from containers.conf on every
-           container) unless CreateCommand names them; shm size when not podman's 64 MB.
+  ulimits  all but nofile/nproc, which podman sets from containers.conf on every container: those
+           two when CreateCommand names them or, for a container created through the API (no
+           CreateCommand), when they differ from what the same service gives a container that
+           asks for none (``Host.default_ulimits``: a throwaway container, created, read, removed);
+  shm      its size when not podman's 64 MB, in the largest unit that states it exactly (``1g``).
 """
 from __future__ import annotations
 
@@ -146,8 +149,18 @@ def guess_profile(image: str, entrypoint: list[str], argv: list[str], env: dict)
     return "vllm", "could not tell the engine; vLLM assumed — set engine: by hand"
 
 
-def shape_from_inspect(attrs: dict, image: dict, *, ipc_host: bool = False) -> Inspected:
-    """A container's inspect data (and its image's) -> Inspected. Pure."""
+def size_text(n: int) -> str:
+    """Bytes in the largest of podman's units (g, m, k) that states them exactly: 1073741824 -> 1g."""
+    for unit, size in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if n and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def shape_from_inspect(attrs: dict, image: dict, *, ipc_host: bool = False,
+                       default_ulimits: dict[str, int] | None = None) -> Inspected:
+    """A container's inspect data (and its image's) -> Inspected. Pure. ``default_ulimits``: the
+    soft nofile/nproc the podman service gives a container that asks for none (None: unknown)."""
     cfg, hc = attrs.get("Config") or {}, attrs.get("HostConfig") or {}
     notes: list[str] = []
     img_cfg = image.get("Config") or {}
@@ -197,18 +210,21 @@ def shape_from_inspect(attrs: dict, image: dict, *, ipc_host: bool = False) -> I
         options["network"] = mode
     if hc.get("IpcMode") == "host" or ipc_host:
         options["ipc"] = "host"
-    asked = {u.split("=", 1)[0] for u in _created_with(attrs, "--ulimit") or []}
+    created = _created_with(attrs, "--ulimit")
+    asked = {u.split("=", 1)[0] for u in created or []}
     ulimits = {}
     for u in hc.get("Ulimits") or []:
         name = str(u.get("Name", "")).lower().removeprefix("rlimit_")
-        if name in ("nofile", "nproc") and name not in asked:
-            continue
         soft = u.get("Soft")
-        ulimits[name] = -1 if soft in (-1, UNLIMITED) else int(soft)
+        value = -1 if soft in (-1, UNLIMITED) else int(soft)
+        if name in ("nofile", "nproc") and name not in asked:
+            if created is not None or default_ulimits is None or default_ulimits.get(name) == value:
+                continue             # podman's own default (or nothing says it was asked for)
+        ulimits[name] = value
     if ulimits:
         options["ulimits"] = ulimits
     if hc.get("ShmSize") and int(hc["ShmSize"]) != DEFAULT_SHM and options.get("ipc") != "host":
-        options["shm_size"] = int(hc["ShmSize"])
+        options["shm_size"] = size_text(int(hc["ShmSize"]))
     if hc.get("GroupAdd"):
         options["group_add"] = list(hc["GroupAdd"])
     shape = Shape(image=ref, model=model, args=tuple(args), env=tuple(env.items()), mounts=tuple(mounts),
@@ -294,7 +310,10 @@ def init_from_container(name: str, output: str | None = None, *, podman: str | N
         raise ConfigError(f"container {name} is {state.get('Status', 'not running')}: start it; init reads a "
                           "running container")
     image = host.inspect_image(attrs["Image"])
-    ins = shape_from_inspect(attrs, image, ipc_host=_ipc_is_host(state.get("Pid")))
+    defaults = None
+    if _created_with(attrs, "--ulimit") is None and hasattr(host, "default_ulimits"):
+        defaults = host.default_ulimits(attrs["Image"])   # created through the API: measure podman's defaults
+    ins = shape_from_inspect(attrs, image, ipc_host=_ipc_is_host(state.get("Pid")), default_ulimits=defaults)
     path = Path(output or f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.yaml")
     if path.exists() and not force:
         raise ConfigError(f"{path} exists; pass --force to overwrite it, or -o another file")
