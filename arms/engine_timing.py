@@ -100,8 +100,13 @@ class ScrapePairing:
         self._before: dict[str, float] = {}
 
     def _scrape(self) -> dict[str, float]:
-        r = httpx.get(self.url, timeout=self.timeout_s)
-        r.raise_for_status()
+        """The named counters now; {} when /metrics does not answer (the run then pairs with nothing:
+        ``engine_run`` gives None, and the measurement itself goes on)."""
+        try:
+            r = httpx.get(self.url, timeout=self.timeout_s)
+            r.raise_for_status()
+        except httpx.HTTPError:
+            return {}
         return counters(r.text, list(self.names.values()))
 
     def start(self) -> None:

@@ -89,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                 runs = m.depths[depth].runs
                 pairs = [(r, engine_run(r.conditions)) for r in runs]
                 unpaired = [i for i, (r, e) in enumerate(pairs) if e is None or e.generation_tokens != r.completion_tokens
-                            or e.prompt_tokens != r.prompt_tokens]
+                            or e.prompt_tokens != r.prompt_tokens or not r.decode_tok_s or not e.decode_tok_s
+                            or r.ttft_s is None or e.ttft_s is None]
                 if unpaired:
-                    failed.append(f"depth {depth}: runs {unpaired} did not pair with one request of their counts")
+                    failed.append(f"depth {depth}: runs {unpaired} did not pair with one request of their counts and times")
                     continue
                 dec = [r.decode_tok_s / e.decode_tok_s - 1 for r, e in pairs]
                 itl = [r.decode_tok_s / e.itl_tok_s - 1 for r, e in pairs if e.itl_tok_s]

@@ -269,7 +269,7 @@ class PodmanHost(RealTime, Systemctl):
         for u in ulimits:
             name = str(u.get("Name", "")).lower().removeprefix("rlimit_")
             if name in ("nofile", "nproc") and isinstance(u.get("Soft"), int):
-                out[name] = u["Soft"]
+                out[name] = -1 if u["Soft"] in (-1, 2 ** 64 - 1) else u["Soft"]   # unlimited, as a shape writes it
         return out
 
     def inspect_image(self, ref: str) -> dict:

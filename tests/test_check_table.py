@@ -325,3 +325,17 @@ def test_export_onto_a_path_no_file_can_be_written_to(night, folder, capsys, tar
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"tuner: error: -o {target}: ") and why in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("holds", ["config.json", "params.json"])
+def test_a_vllm_model_folder_that_holds_a_model_config_passes(tmp_path, capsys, holds):
+    """The other side of ``vllm-model-folder-not-a-model``: a Hugging Face folder (config.json) or a
+    Mistral-format one (params.json) is a model folder."""
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / holds).write_text("{}")
+    path = tmp_path / "ok.yaml"
+    path.write_text(f"name: table\nengine: vllm\nbaseline:\n  image: localhost/x:1\n  model: /models/tiny\n"
+                    f"  mounts: ['{model}:/models/tiny:ro']\nlevers:\n  max-num-seqs: [2, 8]\n"
+                    f"journal: {tmp_path}/journal\n")
+    assert cli.main(["check", str(path), "--offline"]) == 0, capsys.readouterr().err

@@ -47,3 +47,16 @@ def test_scrapes_that_do_not_pair_with_exactly_one_request_give_no_engine_run(be
 def test_a_run_too_short_to_time_has_no_engine_decode_rate():
     assert EngineRun(1, 9, 1, 0.01, 0.0, None, None, 0).decode_tok_s is None
     assert EngineRun(1, 9, 2, 0.01, 0.5, None, None, 0).decode_tok_s == pytest.approx(2.0)
+
+
+def test_a_metrics_endpoint_that_does_not_answer_pairs_with_nothing_and_raises_nothing():
+    import socket
+
+    from arms.engine_timing import ScrapePairing
+
+    with socket.socket() as s:            # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pairing = ScrapePairing(f"http://127.0.0.1:{port}", timeout_s=1.0, settle_s=0.1)
+    pairing.start()
+    assert engine_run(pairing.stop()) is None

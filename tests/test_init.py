@@ -71,7 +71,7 @@ def test_create_command_keeps_cdi_names_and_asked_ulimits():
 
 
 @pytest.mark.parametrize("size,text", [(17179869184, "16g"), (1073741824, "1g"), (1572864000, "1500m"),
-                                       (65536001, "65536001"), (67584, "66k"), (2 ** 20, "1m")])
+                                       (65536001, 65536001), (67584, "66k"), (2 ** 20, "1m")])
 def test_a_shm_size_is_written_in_the_largest_exact_unit(size, text):
     from tuner.production.init import size_text
 

@@ -364,9 +364,11 @@ def host_path_errors(path: Path, raw: dict, shape, family: str, lines) -> list[s
                                    "give the GGUF's host path (it is mounted read-only at the same path)")
     if family == "vllm" and model.startswith("/"):
         host = _host_path(model, shape.mounts)
-        if host is not None and os.path.isdir(host) and not os.path.exists(os.path.join(host, "config.json")):
+        if host is not None and os.path.isdir(host) and not any(
+                os.path.exists(os.path.join(host, f)) for f in ("config.json", "params.json")):   # params: Mistral format
             err(("baseline", "model"), f"model {model} is a folder without config.json ({host} on this host): "
-                                       "not a Hugging Face model folder; give the folder that holds config.json, "
+                                       "not a Hugging Face model folder (nor a Mistral one: params.json); give the folder "
+                                       "that holds config.json, "
                                        "the tokenizer and the weights")
     return [text for _, text in sorted(out, key=lambda e: e[0])]
 

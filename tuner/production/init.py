@@ -27,6 +27,7 @@ Shape (pure), ``render_campaign`` writes the commented campaign YAML (pure), and
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
@@ -41,6 +42,7 @@ from arms.measure import MeasurePlan
 from arms.shape import COMPILE_CACHE_TARGET, Mount, Shape
 from tuner.night.schema import Noise
 
+log = logging.getLogger("tuner.init")
 _PLAN, _NOISE = MeasurePlan(), Noise()     # the written campaign states the defaults it runs with
 
 PODMAN_ENV = {"container": None, "HOSTNAME": None, "TERM": "xterm", "HOME": "/root",
@@ -149,12 +151,13 @@ def guess_profile(image: str, entrypoint: list[str], argv: list[str], env: dict)
     return "vllm", "could not tell the engine; vLLM assumed — set engine: by hand"
 
 
-def size_text(n: int) -> str:
-    """Bytes in the largest of podman's units (g, m, k) that states them exactly: 1073741824 -> 1g."""
+def size_text(n: int) -> str | int:
+    """Bytes in the largest of podman's units (g, m, k) that states them exactly: 1073741824 -> 1g;
+    a size no unit states exactly stays a number of bytes."""
     for unit, size in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
         if n and n % size == 0:
             return f"{n // size}{unit}"
-    return str(n)
+    return n
 
 
 def shape_from_inspect(attrs: dict, image: dict, *, ipc_host: bool = False,
@@ -312,7 +315,10 @@ def init_from_container(name: str, output: str | None = None, *, podman: str | N
     image = host.inspect_image(attrs["Image"])
     defaults = None
     if _created_with(attrs, "--ulimit") is None and hasattr(host, "default_ulimits"):
-        defaults = host.default_ulimits(attrs["Image"])   # created through the API: measure podman's defaults
+        try:                                  # created through the API: measure podman's defaults
+            defaults = host.default_ulimits(attrs["Image"]) or None      # none read: not known
+        except Exception as e:                # noqa: BLE001 - a probe; without it nofile/nproc are left to podman
+            log.warning("[init] podman's default ulimits could not be read (%s): nofile/nproc are left out", e)
     ins = shape_from_inspect(attrs, image, ipc_host=_ipc_is_host(state.get("Pid")), default_ulimits=defaults)
     path = Path(output or f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.yaml")
     if path.exists() and not force:
