@@ -19,11 +19,11 @@ and low by whatever the stream's tail adds (the last chunk's and the usage chunk
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import httpx
 
-from arms.measure import counters
+from arms.measure import counters, moved
 
 # vLLM v1's names (0.10 -> 0.32): counters and the _sum/_count of histograms
 VLLM_NAMES = {
@@ -44,13 +44,15 @@ VLLM_NAMES = {
 class EngineRun:
     """One request as the engine counted and timed it (the deltas of two scrapes)."""
     requests: float
-    prompt_tokens: float | None
-    generation_tokens: float | None
-    ttft_s: float | None
-    decode_s: float | None
-    inter_token_s: float | None
-    inter_tokens: float | None
-    prefix_cache_hits: float | None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    ttft_s: float | None = None
+    decode_s: float | None = None
+    inter_token_s: float | None = None
+    inter_tokens: float | None = None
+    prefix_cache_hits: float | None = None
+    e2e_s: float | None = None
+    prefill_s: float | None = None
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -71,11 +73,7 @@ class EngineRun:
 def delta(before: dict[str, float], after: dict[str, float], names: dict[str, str] = VLLM_NAMES) -> dict:
     """What moved between two scrapes, by our key; a name absent from either (or that went back:
     the engine restarted) is None."""
-    out: dict[str, float | None] = {}
-    for key, name in names.items():
-        b, a = before.get(name), after.get(name)
-        out[key] = a - b if a is not None and b is not None and a >= b else None
-    return out
+    return {key: moved(before, after, name) for key, name in names.items()}
 
 
 def engine_run(d: dict) -> EngineRun | None:
@@ -83,8 +81,7 @@ def engine_run(d: dict) -> EngineRun | None:
     the scrapes did not pair with exactly one request (another client used the engine)."""
     if not isinstance(d, dict) or d.get("requests") != 1:
         return None
-    return EngineRun(d["requests"], d.get("prompt_tokens"), d.get("generation_tokens"), d.get("ttft_s"),
-                     d.get("decode_s"), d.get("inter_token_s"), d.get("inter_tokens"), d.get("prefix_cache_hits"))
+    return EngineRun(**{f.name: d.get(f.name) for f in fields(EngineRun)})     # its fields: VLLM_NAMES' keys
 
 
 class ScrapePairing:

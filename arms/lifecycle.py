@@ -56,6 +56,17 @@ def container_spec(shape: Shape, *, campaign: str, arm: int | str, style: str = 
     )
 
 
+def ulimits_of(entries) -> dict[str, int]:
+    """The inverse of ``container_spec``'s ulimits: podman inspect's ``HostConfig.Ulimits``
+    entries as a shape's ``ulimits`` option ({name: soft}, unlimited written -1)."""
+    out = {}
+    for u in entries or []:
+        name, soft = str(u.get("Name", "")).lower().removeprefix("rlimit_"), u.get("Soft")
+        if name and soft is not None:
+            out[name] = -1 if soft in (-1, UNLIMITED) else int(soft)
+    return out
+
+
 @dataclass
 class Booted:
     cid: str

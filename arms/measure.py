@@ -332,6 +332,14 @@ def counters(text: str | None, names: list[str]) -> dict[str, float]:
     return out
 
 
+def moved(before: dict[str, float], after: dict[str, float], name: str | None) -> float | None:
+    """How far counter ``name`` moved between two ``counters`` readings; None when either lacks it
+    or it went back (the engine restarted)."""
+    if not name or name not in before or name not in after or after[name] < before[name]:
+        return None
+    return after[name] - before[name]
+
+
 def spec_acceptance(before: str | None, after: str | None,
                     api: EngineAPI) -> tuple[float | None, float | None]:
     """(acceptance = accepted/draft tokens, mean acceptance length = 1 + accepted/drafts) from
@@ -339,13 +347,8 @@ def spec_acceptance(before: str | None, after: str | None,
     names = [n for n in (api.spec_accepted_metric, api.spec_draft_tokens_metric,
                          api.spec_drafts_metric) if n]
     b, a = counters(before, names), counters(after, names)
-
-    def delta(name: str | None) -> float | None:
-        if not name or name not in a or name not in b or a[name] < b[name]:
-            return None
-        return a[name] - b[name]
-    acc, drafted, drafts = (delta(api.spec_accepted_metric), delta(api.spec_draft_tokens_metric),
-                            delta(api.spec_drafts_metric))
+    acc, drafted, drafts = (moved(b, a, api.spec_accepted_metric), moved(b, a, api.spec_draft_tokens_metric),
+                            moved(b, a, api.spec_drafts_metric))
     rate = acc / drafted if acc is not None and drafted else None
     length = 1 + acc / drafts if acc is not None and drafts else None
     return rate, length
@@ -356,8 +359,7 @@ def _cache_hits(before: str | None, after: str | None, api: EngineAPI) -> float 
     name = api.prefix_hits_metric
     if not name:
         return None
-    b, a = counters(before, [name]), counters(after, [name])
-    return a[name] - b[name] if name in a and name in b and a[name] >= b[name] else None
+    return moved(counters(before, [name]), counters(after, [name]), name)
 
 
 def cache_note(hits: float, method: str) -> str:

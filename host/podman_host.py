@@ -257,20 +257,14 @@ class PodmanHost(RealTime, Systemctl):
         throwaway container is created (never started), read and removed."""
         import uuid
 
+        from arms.lifecycle import ulimits_of
+
         ctr = self.client.containers.create(image, command=["true"], name=f"offload-tuner-ulimits-{uuid.uuid4().hex[:8]}")
         try:
-            ulimits = (ctr.attrs.get("HostConfig") or {}).get("Ulimits") or []
-            if not ulimits:
-                ctr.reload()
-                ulimits = (ctr.attrs.get("HostConfig") or {}).get("Ulimits") or []
+            got = ulimits_of((ctr.attrs.get("HostConfig") or {}).get("Ulimits"))
         finally:
             self.remove(ctr.id)
-        out = {}
-        for u in ulimits:
-            name = str(u.get("Name", "")).lower().removeprefix("rlimit_")
-            if name in ("nofile", "nproc") and isinstance(u.get("Soft"), int):
-                out[name] = -1 if u["Soft"] in (-1, 2 ** 64 - 1) else u["Soft"]   # unlimited, as a shape writes it
-        return out
+        return {k: v for k, v in got.items() if k in ("nofile", "nproc")}
 
     def inspect_image(self, ref: str) -> dict:
         """``podman image inspect`` of an image by reference or id, as plain data."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from arms.sweep import MAX_ERROR_SHARE, SweepPlan
 from tuner.morning.report_model import Section, missing
 
 ROWS = 25
@@ -31,14 +32,14 @@ def sweep(b, df: pd.DataFrame) -> Section | None:
     if not swept:
         return None
     s = Section("Concurrency sweep")
-    slo = next(iter(swept.values())).get("slo") or {}
     first = next(iter(swept.values()))
+    slo = first.get("slo") or {}
     s.add("p", f"Each swept arm served every concurrency level for {first.get('duration_s', 0):g} s of "
                f"{first.get('output_tokens', '?')}-token requests back to back. The SLO: TTFT p95 within "
-               f"{_ms(slo.get('ttft_p95_s'))} and TPOT p95 within {_ms(slo.get('tpot_p95_s'))} (at most 5 % of a "
-               "level's requests failed); goodput is the req/s of the requests that met it, the arm's "
-               "goodput the best among the levels that met it, the knee the lowest level within 5 % of the "
-               "best req/s.")
+               f"{_ms(slo.get('ttft_p95_s'))} and TPOT p95 within {_ms(slo.get('tpot_p95_s'))} (at most "
+               f"{MAX_ERROR_SHARE * 100:g} % of a level's requests failed); goodput is the req/s of the requests "
+               "that met it, the arm's goodput the best among the levels that met it, the knee the lowest level "
+               f"within {SweepPlan.knee_tolerance * 100:g} % of the best req/s.")
     words = dict(zip(df["arm"], df["words"]))
     levels = sorted({lv["concurrency"] for sw in swept.values() for lv in sw["levels"]})
     inc_arms = {n for n in b.inc_arm.values() if n is not None}

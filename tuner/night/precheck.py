@@ -358,12 +358,13 @@ def host_path_errors(path: Path, raw: dict, shape, family: str, lines) -> list[s
                 else ("baseline", "devices", i),
                 f"device {d} does not exist on this host (CDI names like nvidia.com/gpu=all are passed as-is)")
     model = shape.model
-    if family == "llamacpp" and model.startswith("/") and not os.path.exists(model) and not any(
-            model == m.target or model.startswith(m.target.rstrip("/") + "/") for m in shape.mounts):
+    if family == "llamacpp" and model.startswith("/") and not os.path.exists(model) and \
+            _mount_for(model, shape.mounts) is None:
         err(("baseline", "model"), f"model {model} does not exist on this host and no mount provides it; "
                                    "give the GGUF's host path (it is mounted read-only at the same path)")
     if family == "vllm" and model.startswith("/"):
-        host = _host_path(model, shape.mounts)
+        m = _mount_for(model, shape.mounts)
+        host = m.source.rstrip("/") + model[len(m.target.rstrip("/")):] if m is not None and m.kind == "bind" else None
         if host is not None and os.path.isdir(host) and not any(
                 os.path.exists(os.path.join(host, f)) for f in ("config.json", "params.json")):   # params: Mistral format
             err(("baseline", "model"), f"model {model} is a folder without config.json ({host} on this host): "
@@ -373,11 +374,10 @@ def host_path_errors(path: Path, raw: dict, shape, family: str, lines) -> list[s
     return [text for _, text in sorted(out, key=lambda e: e[0])]
 
 
-def _host_path(path: str, mounts) -> str | None:
-    """The host path behind a container ``path`` through the shape's mounts (bind mounts only);
-    None when no mount provides it."""
+def _mount_for(path: str, mounts):
+    """The mount that provides container ``path`` (the deepest whose target holds it), or None."""
     for m in sorted(mounts, key=lambda m: -len(m.target)):
         t = m.target.rstrip("/")
-        if m.kind == "bind" and (path == t or path.startswith(t + "/")):
-            return m.source.rstrip("/") + path[len(t):]
+        if path == t or path.startswith(t + "/"):
+            return m
     return None

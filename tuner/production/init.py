@@ -38,6 +38,7 @@ import yaml
 
 from arms.argv import parse_argv as parse_engine_argv
 from arms.errors import ConfigError
+from arms.lifecycle import ulimits_of
 from arms.measure import MeasurePlan
 from arms.shape import COMPILE_CACHE_TARGET, Mount, Shape
 from tuner.night.schema import Noise
@@ -48,7 +49,6 @@ _PLAN, _NOISE = MeasurePlan(), Noise()     # the written campaign states the def
 PODMAN_ENV = {"container": None, "HOSTNAME": None, "TERM": "xterm", "HOME": "/root",
               "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 DEFAULT_SHM = 65536000
-UNLIMITED = 2 ** 64 - 1
 _OFFLOAD_HINTS = ("expert-prefetch", "expert-precise-memory", "cpu-offload-gb")
 _VLLM_HINTS = ("tensor-parallel-size", "gpu-memory-utilization", "max-model-len", "max-num-seqs",
                "enable-prefix-caching", "kv-cache-dtype", "max-num-batched-tokens")
@@ -216,10 +216,7 @@ def shape_from_inspect(attrs: dict, image: dict, *, ipc_host: bool = False,
     created = _created_with(attrs, "--ulimit")
     asked = {u.split("=", 1)[0] for u in created or []}
     ulimits = {}
-    for u in hc.get("Ulimits") or []:
-        name = str(u.get("Name", "")).lower().removeprefix("rlimit_")
-        soft = u.get("Soft")
-        value = -1 if soft in (-1, UNLIMITED) else int(soft)
+    for name, value in ulimits_of(hc.get("Ulimits")).items():
         if name in ("nofile", "nproc") and name not in asked:
             if created is not None or default_ulimits is None or default_ulimits.get(name) == value:
                 continue             # podman's own default (or nothing says it was asked for)
