@@ -276,6 +276,35 @@ def test_report_and_status_print_the_journaled_band_incumbent_value_and_error_ra
         assert f"{c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}]" in row and f"| {c['alpha']:.2g} |" in row
 
 
+def test_how_sure_says_what_the_box_could_show_from_the_last_blocked_comparison(night, tmp_path):
+    """The boot spread, run noise and error rate of the night's last blocked comparison, and what
+    they cost: the same journal with that spread raised by hand reads a spread box, larger moves
+    only, and more boots for the smallest one worth a move (tuner/night/power.py)."""
+    from tuner.night.power import BoxNoise, boots_for, shown_at
+    from tuner.night.search import REEXAMINE_CAP
+
+    def could(folder):
+        how = section(render_markdown(build_report(folder)), "How sure")
+        return next(line for line in how.splitlines() if line.startswith("What this box could show"))
+
+    recs = records(night)
+    last = next(r["comparison"] for r in reversed(recs) if r["op"] == "compare" and "boot_sigma" in r["comparison"])
+    noise = BoxNoise.of(last)
+    line = could(night)
+    assert f"from {noise.pairs} pair(s)" in line and f"error rate ({noise.alpha:.2g})" in line
+    assert f"shows a move of {shown_at(REEXAMINE_CAP, noise.s2, noise.alpha):+.1%} or more" in line
+    before = int(re.search(r"would need about (\d+) boots", line).group(1))
+    assert before == boots_for(0.02, noise.s2, noise.alpha)
+    folder = tmp_path / "spread"
+    shutil.copytree(night, folder)
+    last["boot_sigma"] = 0.05
+    write_journal(folder, recs)
+    line = could(folder)
+    assert "boots of one shape spread 5.0% beyond their runs' noise" in line
+    after = re.search(r"would need about (\d+) boots|would need more boots than any night holds", line)
+    assert after and (after.group(1) is None or int(after.group(1)) > before)
+
+
 def test_report_reads_the_judgement_it_never_recomputes_it(night, tmp_path, capsys):
     """Journaled numbers changed by hand are what the report and status print."""
     folder = tmp_path / "night"

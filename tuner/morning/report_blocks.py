@@ -9,6 +9,8 @@ import math
 
 from arms import values
 from tuner.night.blocks import Boot, drift_of
+from tuner.night.power import BoxNoise, boots_for, shown_at
+from tuner.night.search import REEXAMINE_CAP
 
 
 def _hours(b, arm: int) -> str:
@@ -75,6 +77,42 @@ def night_drift(b) -> str | None:
             f"shapes booted more than once){'' if clear else ', not distinguishable from none'}; the comparisons "
             "read each challenger against the incumbent boots around it, so a drift that is linear across a "
             "block cancels.")
+
+
+def box_noise(b) -> BoxNoise | None:
+    """The last blocked comparison's reading of the box: boot spread, run noise, error rate."""
+    return next((n for r in reversed(b.st.comparisons) if r.get("comparison")
+                 for n in [BoxNoise.of(r["comparison"])] if n is not None), None)
+
+
+def what_it_could_show(b) -> str | None:
+    """How small a move this box let the night show, from the last blocked comparison's boot
+    spread, run noise and error rate (tuner/night/power.py). A box whose boots spread makes small
+    moves cost many boots whatever the night does: the operator should hear it beside the answer."""
+    noise = box_noise(b)
+    if noise is None:
+        return None
+    s2, a = noise.s2, noise.alpha
+    floor = getattr(getattr(b.camp, "search", None), "min_effect", None) or 0.02
+    need = boots_for(floor, s2, a)
+    spread = (f"boots of one shape spread {noise.boot_sigma:.1%} beyond their runs' noise (from {noise.pairs} "
+              "pair(s) of successive boots)" if noise.boot_sigma > 0 else
+              f"boots of one shape agreed to their runs' noise (from {noise.pairs} pair(s) of successive boots)")
+    return (f"What this box could show: {spread}, and a boot's mean carries "
+            f"{math.sqrt(max(0.0, s2 - noise.boot_sigma ** 2)):.1%} of the runs' own noise. At the night's last "
+            f"error rate ({a:.2g}), a challenger booted {REEXAMINE_CAP} times between incumbent boots shows a move "
+            f"of {shown_at(REEXAMINE_CAP, s2, a):+.1%} or more half the time; the smallest move worth one "
+            f"({floor:+.0%}) would need " + (f"about {need} boots." if need else "more boots than any night holds."))
+
+
+def boots_short(noise: BoxNoise | None, c: dict) -> str:
+    """What an undecided change's reading would need on this box (empty without a blocked reading)."""
+    if noise is None or c.get("boot_sigma") is None or not c.get("effect") or c["effect"] <= 0:
+        return ""
+    n = boots_for(c["effect"], noise.s2, noise.alpha)
+    if n is None:
+        return "; a reading that small would need more boots than any night holds"
+    return f"; about {max(0, n - (c.get('boots') or [0])[0])} more boot(s) would show a reading that large half the time"
 
 
 def steady_lines(b) -> tuple[str | None, list[str]]:

@@ -19,7 +19,7 @@ from arms import values
 from tuner.night.records import latest_judged
 from tuner.morning.status import baseline_objective
 from tuner.morning.status import gain as status_gain
-from tuner.morning.report_blocks import block_lines, contended_runs, night_drift, steady_lines
+from tuner.morning.report_blocks import block_lines, contended_runs, night_drift, steady_lines, box_noise, boots_short, what_it_could_show
 from tuner.morning.report_model import Section, _num, _pct, _span, _when, _words
 
 
@@ -220,12 +220,16 @@ def decisions(b, df: pd.DataFrame) -> Section:
         s.add("p", f"Final head-to-head, the incumbent against the starting shape: {c['effect']:+.1%} "
                    f"[{c['lo']:+.1%}, {c['hi']:+.1%}] over {c['runs'][0]:,} vs {c['runs'][1]:,} runs "
                    f"({c['boots'][0]} vs {c['boots'][1]} boots).")
+    could = what_it_could_show(b)
+    if could:
+        s.add("p", could)
     und = undecided(b)
     if und:
+        noise = box_noise(b)
         s.add("p", "Undecided (never promoted; their measurements did not settle):")
         s.add("ul", [f"{k[0]} → {k[1]}: {c['effect']:+.1%} [{c['lo']:+.1%}, {c['hi']:+.1%}], spread of one run "
                      f"{(c['sigma'][0] or 0):.1%} vs the incumbent's {(c['sigma'][1] or 0):.1%}, "
-                     f"{c['boots'][0]} boot(s)" for k, c in und])
+                     f"{c['boots'][0]} boot(s){boots_short(noise, c)}" for k, c in und])
     end = b.st.ended
     if end and end.get("reason"):
         s.add("p", f"The night ended: {end['reason']}.")
