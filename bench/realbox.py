@@ -28,6 +28,8 @@ CONDITIONS = {
     "(c) -5 % step at hour 3": "drift_step: {at_hours: 3, factor: 0.95}",
     "(d) boot_sigma 2 %": "boot_sigma: 0.02",
     "(e) cold start 0.7 + 3-request warm-up": "cold_start: {factor: 0.7, boots: 1}\nwarmup: {requests: 3, factor: 0.8}",
+    "(g) boot_sigma 1 %": "boot_sigma: 0.01",
+    "(h) boot_sigma 5 % (the real llama-server box's)": "boot_sigma: 0.05",
     "(f) all of them": "drift_per_hour: 0.02\ndrift_step: {at_hours: 3, factor: 0.95}\nboot_sigma: 0.02\n"
                        "cold_start: {factor: 0.7, boots: 1}\nwarmup: {requests: 3, factor: 0.8}",
 }

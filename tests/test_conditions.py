@@ -319,7 +319,22 @@ def test_a_night_leaves_out_the_runs_a_tenant_held_and_the_journal_counts_them(t
                 and all(run.get("contended") for d in r["measurement"]["depths"].values() for run in d["runs"])]
     assert rechecks                                             # the incumbent measured while the tenant held the box
     counted = [r["comparison"] for r in recs if r["op"] == "compare" and "contended" in r["comparison"]]
-    assert counted and all(c["contended"][1] >= 18 for c in counted)     # that boot's runs, left out and counted
+    assert counted and any(c["contended"][1] >= 18 for c in counted)     # that boot's runs, left out and counted
+    # a boot the tenant held replaced its runs up to the cap; the night then waited for the box, journaled
+    from tuner.night.judging import EXTEND_CAP
+    from tuner.night.opening import BUSY_NOTE, QUIET_WAIT_S
+
+    runs = 3 * 3                                               # the campaign's 3 depths x 3 runs
+    for r in rechecks:
+        assert sum(len(d["runs"]) for d in r["measurement"]["depths"].values()) == EXTEND_CAP * runs
+    waits = [r for r in recs if r["op"] == "note" and r.get("text") == BUSY_NOTE]
+    held = {r["arm"] for r in recs if r["op"] == "arm_end" and r.get("measurement") and any(
+        run.get("contended") for d in r["measurement"]["depths"].values() for run in d["runs"])}
+    assert waits and {w["after_arm"] for w in waits} <= held
+    assert all(w["waited_s"] <= QUIET_WAIT_S and w["cores"] == 1.5 and not w["quiet"] for w in waits)   # the hour outlasts it
+    first = min(held)
+    nxt = next(r for r in recs if r["op"] == "arm_start" and r["arm"] == first + 1)
+    assert nxt["t"] - next(r for r in recs if r["op"] == "arm_end" and r["arm"] == first)["t"] >= QUIET_WAIT_S
     shape_of = {r["arm"]: r["identity"] for r in recs if r["op"] == "arm_start"}
     for r in recs:                  # the incumbent's valid runs so far = compared + contended + disturbed
         if r["op"] != "compare" or "contended" not in r["comparison"]:
@@ -372,3 +387,30 @@ def test_a_load_there_all_night_is_the_boxs_own_and_no_run_is_left_out(tmp_path)
     rest = [r for r in later if r["op"] == "note" and r.get("text") == "box at rest"]
     assert len(rest) == 1 and rest[0]["cores"] == 0.0
     assert any(run.get("contended") for run in runs(later))         # it came after the box was read at rest
+
+
+def test_a_passing_tenant_is_waited_out_and_the_next_boot_is_clean(tmp_path):
+    """A tenant for 15 minutes (1.5 cores): the boot it met replaces the runs it held while it
+    stays (more than the plan's runs); the night then reads the box, waits until it is quiet
+    (journaled, ``quiet: true``, under the cap) and the next boot measures with nothing left out."""
+    from arms.profiles import load_profile
+    from tests.test_campaign_sim import campaign
+    from tuner.night.campaign import load_campaign
+    from tuner.night.loop import CampaignLoop
+    from tuner.night.opening import BUSY_NOTE, QUIET_WAIT_S
+
+    land = _land(tmp_path, "tenant: {at_hours: 0.9, until_hours: 1.15, cores: 1.5, factor: 0.8}\n")
+    path = campaign(tmp_path, "passing")
+    camp, host = SimHost.pinned(load_campaign(path), landscape=str(land), noise_seed=3)
+    CampaignLoop(camp, host, load_profile("simengine"), deadline=host.now() + 2 * 3600).run()
+    recs = [json.loads(x) for x in (camp.folder / "journal.jsonl").read_text().splitlines()]
+    ends = {r["arm"]: r for r in recs if r["op"] == "arm_end" and r.get("measurement")}
+
+    def held(e):
+        return sum(bool(run.get("contended")) for d in e["measurement"]["depths"].values() for run in d["runs"])
+
+    waits = [r for r in recs if r["op"] == "note" and r.get("text") == BUSY_NOTE]
+    assert len(waits) == 1 and waits[0]["quiet"] and 0 < waits[0]["waited_s"] < QUIET_WAIT_S
+    met = waits[0]["after_arm"]
+    assert held(ends[met]) > 0 and sum(len(d["runs"]) for d in ends[met]["measurement"]["depths"].values()) > 2 * 9
+    assert held(ends[met + 1]) == 0 and sum(held(e) for n, e in ends.items() if n != met) == 0

@@ -126,7 +126,10 @@ class Judging:
         return self._replay()
 
     def _extender(self, st: State, p: Proposal, shape, n: int):
-        """How many more runs per depth this boot measures: the incumbent and the starting shape
+        """How many more runs per depth this boot measures: first, while some depth holds fewer
+        than the plan's runs that no other process held (``arms.conditions``: contended runs are
+        left out of every comparison), replacements for them, up to ``EXTEND_CAP`` x the plan (a
+        passing tenant costs minutes, not the boot); then the incumbent and the starting shape
         to twice the plan's runs; a challenger while its comparison is undecided, up to
         ``EXTEND_CAP`` x, and only while its runs' noise is still the larger part of a boot's
         variance: where boots spread more than the boot's mean can still move, more runs buy
@@ -141,6 +144,11 @@ class Judging:
         def more(m: dict) -> int:
             depths = [d for d in (m.get("depths") or {}).values() if d.get("runs")]
             have = min((len(d["runs"]) for d in depths), default=0)
+            usable = min((sum(1 for x in d["runs"] if x.get("valid") and not x.get("contended")) for d in depths),
+                         default=0)
+            held = any(x.get("contended") for d in depths for x in d["runs"])
+            if held and usable < runs and have < EXTEND_CAP * runs:
+                return runs - usable         # runs another process held are left out: replace them while there is room
             if p.kind in ("baseline", "recheck", "start"):
                 return runs if have < 2 * runs else 0
             if have >= EXTEND_CAP * runs or st.incumbent_arm is None:

@@ -182,6 +182,7 @@ class CampaignLoop(Opening, Judging):
 
     def _loop(self, st: State) -> Summary:
         while True:
+            self._wait_quiet(st)          # another process held the last boot's runs: let it leave
             step = self._atomic(self._next_arm)
             if isinstance(step, _Stop):
                 break

@@ -27,6 +27,9 @@ log = logging.getLogger("tuner.loop")
 REST_NOTE = "box at rest"   # the journal note of the box's background load (``_box_at_rest``)
 REST_S = 2.0           # seconds the box's load at rest is read over
 WARM_BUDGET_S = 900.0  # a new night reads its model's files once, for at most this long (host/pagecache.py)
+BUSY_NOTE = "box busy"     # the journal note of a wait for another process to leave the box (``_wait_quiet``)
+QUIET_WAIT_S = 600.0   # after a boot whose runs another process held, wait at most this long for a quiet box ...
+QUIET_POLL_S = 30.0    # ... reading its load this often
 
 
 def campaign_hash(camp) -> str:
@@ -65,6 +68,35 @@ class Opening:
                          "above %.2f", cores, cores + FOREIGN_CORES_LIMIT)
         if cores:
             self.runner.plan = replace(self.runner.plan, background_cores=float(cores))
+
+    def _wait_quiet(self, st: State) -> None:
+        """After a boot of this box whose runs another process held (``arms.conditions``: such runs
+        are left out of every comparison), wait for the box to be quiet before the next boot, up to
+        ``QUIET_WAIT_S`` and never past the deadline: a boot measured while the tenant stays would
+        be left out whole (its runs replaced up to the cap, ``Judging._extender``, then dropped).
+        The wait is journaled (``box busy``: seconds waited, the load read, whether it left)."""
+        mine = [a for a in st.finished() if a.box == self.box and (a.end or {}).get("measurement")]
+        if not mine or mine[-1].n == getattr(self, "_quiet_after", None) or not any(
+                r.get("contended") for d in (mine[-1].end["measurement"].get("depths") or {}).values()
+                for r in d.get("runs") or []):
+            return
+        self._quiet_after = mine[-1].n          # one wait per such boot
+        limit = self.runner.plan.background_cores + FOREIGN_CORES_LIMIT
+        t0 = self.host.now()
+        end = t0 + QUIET_WAIT_S if self.deadline is None else min(t0 + QUIET_WAIT_S, self.deadline)
+        cores = self.host.rest_load(REST_S).get("cores")
+        if cores is None or cores < limit:
+            return
+        log.info("[night BUSY] another process uses %.2f cores (a run is contended above %.2f): waiting up to "
+                 "%.0f s for the box to be quiet", cores, limit, end - t0)
+        while cores is not None and cores >= limit and self.host.now() + QUIET_POLL_S <= end:
+            self.host.sleep(QUIET_POLL_S)
+            cores = self.host.rest_load(REST_S).get("cores")
+        quiet = cores is None or cores < limit
+        self.journal.append("note", text=BUSY_NOTE, waited_s=round(self.host.now() - t0, 1), cores=cores,
+                            quiet=quiet, after_arm=mine[-1].n, **({"box": self.box} if self.box else {}))
+        log.info("[night BUSY] %s after %.0f s", "quiet" if quiet else f"still {cores:.2f} cores: going on",
+                 self.host.now() - t0)
 
     def _start_locked(self) -> State:
         h = campaign_hash(self.camp)
