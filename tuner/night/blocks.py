@@ -45,14 +45,17 @@ from statistics import NormalDist
 from dataclasses import dataclass
 
 from tuner.night.compare import (DRIFT_Z, MIN_EFFECT, SIGMA_FLOOR, Comparison, Drift, Side, _split_runs,
-                                 _welch_df, decide, estimate_drift, growth)
+                                 _welch_df, decide, estimate_drift, growth, t_quantile)
 
+_N = NormalDist()
 BRACKET = 2      # incumbent boots read on each side of a challenger's boot
 JUMP_Z = 4.0     # an incumbent that moved this many standard errors across a block jumped
 PAIR_GAP = 8     # boots of one shape further apart than this (on the axis) say more about the box than the boot
-TRIM_Z = 3.0     # a successive difference beyond this many robust sigmas is a jump, not spread
-_N = NormalDist()
+TRIM_Z = 3.0     # a successive difference beyond this many robust sigmas is a jump, not spread ...
 TRIM_KEEP = 1 - 2 * TRIM_Z * _N.pdf(TRIM_Z) / (2 * _N.cdf(TRIM_Z) - 1)   # E[z^2 | |z| < TRIM_Z] of a normal
+TRIM_MIN_PAIRS = 12  # ... from this many pairs on (the median of fewer squares is too rough a scale); below it a
+TRIM_P = 0.001       # pair is a jump when the other pairs make it this unlikely (Bonferroni over the pairs) ...
+TRIM_SHARE = 0.25    # ... and no more than this share of them
 MIN_SPREAD_PAIRS = 5  # below this many successive boot pairs the night's spread is taken at its upper bound ...
 SPREAD_LEVEL = 0.1    # ... the one-sided 90 % bound of a chi-square with that many degrees of freedom
 OWN_SPREAD_F = 6.6   # the challenger's block differences spread this many times what the night predicts
@@ -123,10 +126,12 @@ def boot_spread(series: list[list[Boot]], drift: Drift | None = None) -> Spread:
     """sigma_boot^2 from successive differences of each shape's boots in arm order, no more than
     ``PAIR_GAP`` apart: E[(y2 - y1)^2]
     = 2 sigma_boot^2 + the two means' run variances (+ the drift over the gap, taken out when it is
-    clearly there). Differences beyond ``TRIM_Z`` times a robust scale (``_robust_spread``) are
-    left out first (a step, another tenant's arrival, is one huge difference: it must not make
-    every boot look noisy; it is a jump of its own, ``compare_blocked``); the rest are averaged (the
-    mean square successive difference: far more efficient than a median), each pair weighted by
+    clearly there). Jumps are left out first (a step, another tenant's arrival, is one huge
+    difference: it must not make every boot look noisy; it is a jump of its own,
+    ``compare_blocked``): from ``TRIM_MIN_PAIRS`` pairs on, differences beyond ``TRIM_Z`` times a
+    robust scale (``_robust_spread``: a median, which several pairs across one step do not move);
+    below, only a difference that stands out from all the others (``_jumps``). The rest are averaged (the mean square successive difference: far more
+    efficient than a median), each pair weighted by
     the inverse variance of its square, (2 sigma_boot^2 + its runs' noise)^-2 (a shape whose runs
     spread 40 % says next to nothing about boots; weighting by the runs' noise alone would let
     long-measured boots, the ones whose comparison stayed close, speak for the rest), clipped at
@@ -148,9 +153,12 @@ def boot_spread(series: list[list[Boot]], drift: Drift | None = None) -> Spread:
             noise.append(a.mean_var(depths, s2) + b.mean_var(depths, s2))
     if not sq:
         return Spread(0.0, 0)
-    rough = _robust_spread(sq, noise)                  # a robust scale first, each pair its own noise ...
-    kept = [(q / TRIM_KEEP, v) for q, v in zip(sq, noise)
-            if q <= TRIM_Z ** 2 * (2 * rough + v)]     # ... then the jumps out (the trim's own bias put back)
+    rough = _robust_spread(sq, noise)                  # a robust scale for the weights, each pair its own noise
+    if len(sq) >= TRIM_MIN_PAIRS:                      # the jumps out against the robust scale (the trim's own bias put back)
+        kept = [(q / TRIM_KEEP, v) for q, v in zip(sq, noise) if q <= TRIM_Z ** 2 * (2 * rough + v)]
+    else:                                              # few pairs: a jump stands out from all the others
+        cut = _jumps(sq, noise)
+        kept = [(q, v) for i, (q, v) in enumerate(zip(sq, noise)) if i not in cut]
     # a pair's weight: the inverse variance of its square, ~ (2 sigma_boot^2 + its runs' noise)^-2 at the
     # robust sigma_boot (an erratic shape's pairs say little; a pair of long-measured boots no more than
     # its boots allow)
@@ -160,6 +168,31 @@ def boot_spread(series: list[list[Boot]], drift: Drift | None = None) -> Spread:
     msq, mv = statistics.fmean(q for q, _ in kept), statistics.fmean(v for _, v in kept)
     upper = max(0.0, (k * msq / chi2_quantile(SPREAD_LEVEL, k) - mv) / 2)      # E[q] at its upper bound
     return Spread(max(0.0, var), k, max(upper, var))
+
+
+def _jumps(sq: list[float], noise: list[float]) -> set[int]:
+    """The pairs that are jumps (a step, a tenant's arrival), not spread: one at a time, the pair
+    whose square stands furthest above what the pairs left say (their mean square beyond their
+    runs' noise, plus its own runs' noise) is cut while that ratio is beyond the F(1, k) quantile at
+    ``TRIM_P`` over the k pairs left (Bonferroni over the pairs), and no more than ``TRIM_SHARE`` of
+    them. Against the others' mean square, not their median: the median of a few squares is a
+    rough scale, and cutting against it took honest pairs for jumps (a box whose boots spread 5 %
+    read 1.2 % from 5 pairs kept of 7, and a zero-effect lever was promoted). Several pairs across
+    one step mask each other here: from ``TRIM_MIN_PAIRS`` on, the median's scale does the cutting."""
+    left = set(range(len(sq)))
+    cut: set[int] = set()
+    while len(left) >= 3 and len(cut) < TRIM_SHARE * len(sq):
+        def ratio(i: int) -> float:
+            others = [j for j in left if j != i]
+            s = max(0.0, statistics.fmean(sq[j] - noise[j] for j in others)) / 2
+            return sq[i] / (2 * s + noise[i])
+        worst = max(left, key=ratio)
+        k = len(left) - 1
+        if ratio(worst) <= t_quantile(1 - TRIM_P / (2 * len(left)), k) ** 2:
+            break
+        left.discard(worst)
+        cut.add(worst)
+    return cut
 
 
 def chi2_quantile(p: float, k: int) -> float:
