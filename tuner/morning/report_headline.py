@@ -19,7 +19,8 @@ from arms import values
 from tuner.night.records import latest_judged
 from tuner.morning.status import baseline_objective
 from tuner.morning.status import gain as status_gain
-from tuner.morning.report_blocks import block_lines, contended_runs, night_drift, steady_lines, box_noise, boots_short, what_it_could_show
+from tuner.morning.report_blocks import (block_lines, boots_short, box_noise, contended_runs, night_drift, steady_lines,
+                                         what_it_could_show)
 from tuner.morning.report_model import Section, _num, _pct, _span, _when, _words
 
 

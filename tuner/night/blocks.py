@@ -130,8 +130,9 @@ def boot_spread(series: list[list[Boot]], drift: Drift | None = None) -> Spread:
     difference: it must not make every boot look noisy; it is a jump of its own,
     ``compare_blocked``): from ``TRIM_MIN_PAIRS`` pairs on, differences beyond ``TRIM_Z`` times a
     robust scale (``_robust_spread``: a median, which several pairs across one step do not move);
-    below, only a difference that stands out from all the others (``_jumps``). The rest are averaged (the mean square successive difference: far more
-    efficient than a median), each pair weighted by
+    below, only a difference that stands out from all the others (``_jumps``). The rest are
+    averaged (the mean square successive difference: far more efficient than a median), each pair
+    weighted by
     the inverse variance of its square, (2 sigma_boot^2 + its runs' noise)^-2 (a shape whose runs
     spread 40 % says next to nothing about boots; weighting by the runs' noise alone would let
     long-measured boots, the ones whose comparison stayed close, speak for the rest), clipped at
@@ -177,7 +178,7 @@ def _jumps(sq: list[float], noise: list[float]) -> set[int]:
     ``TRIM_P`` over the k pairs left (Bonferroni over the pairs), and no more than ``TRIM_SHARE`` of
     them. Against the others' mean square, not their median: the median of a few squares is a
     rough scale, and cutting against it took honest pairs for jumps (a box whose boots spread 5 %
-    read 1.2 % from 5 pairs kept of 7, and a zero-effect lever was promoted). Several pairs across
+    read 1.2 % from the 5 pairs it kept, and a zero-effect lever was promoted). Several pairs across
     one step mask each other here: from ``TRIM_MIN_PAIRS`` on, the median's scale does the cutting."""
     left = set(range(len(sq)))
     cut: set[int] = set()
