@@ -319,7 +319,9 @@ def test_a_night_leaves_out_the_runs_a_tenant_held_and_the_journal_counts_them(t
                 and all(run.get("contended") for d in r["measurement"]["depths"].values() for run in d["runs"])]
     assert rechecks                                             # the incumbent measured while the tenant held the box
     counted = [r["comparison"] for r in recs if r["op"] == "compare" and "contended" in r["comparison"]]
-    assert counted and any(c["contended"][1] >= 18 for c in counted)     # that boot's runs, left out and counted
+    # the incumbent boot the tenant held: its runs left out and counted (a challenger boot it held
+    # counts on the other side, so not every such comparison is the incumbent's)
+    assert counted and any(c["contended"][1] >= 18 for c in counted)
     # a boot the tenant held replaced its runs up to the cap; the night then waited for the box, journaled
     from tuner.night.judging import EXTEND_CAP
     from tuner.night.opening import BUSY_NOTE, QUIET_WAIT_S

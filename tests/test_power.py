@@ -52,3 +52,14 @@ def test_the_box_noise_is_read_from_a_blocked_comparison_only():
     assert n.s2 == pytest.approx(0.021 ** 2 + 0.029 ** 2 / 9)
     assert BoxNoise.of({k: v for k, v in blocked.items() if k not in ("boot_sigma", "spread_pairs")}) is None
     assert math.isclose(BoxNoise.of({**blocked, "sigma": [0.031, None]}).run_sigma, 0.031)
+
+
+def test_a_spread_from_few_pairs_reads_the_t_bound_the_night_reads():
+    """The night's test reads Student's t at the Welch degrees of freedom: a spread from 6 pairs
+    makes the bound far wider than the normal one, and the boots a move needs far more."""
+    few = BoxNoise(0.02, 6, 0.03, 9.0, 1e-5)
+    many = BoxNoise(0.02, 600, 0.03, 9.0, 1e-5)
+    assert 6 < few.df < 10 and many.df > 500
+    assert BoxNoise(0.0, 3, 0.03, 9.0, 1e-5).df > 1e5          # no spread: the runs' many degrees of freedom
+    assert shown_at(7, few.s2, few.alpha, few.df) > 1.5 * shown_at(7, many.s2, many.alpha, many.df)
+    assert boots_for(0.05, few.s2, few.alpha, df=few.df) > 2 * boots_for(0.05, many.s2, many.alpha, df=many.df)

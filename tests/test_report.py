@@ -292,9 +292,9 @@ def test_how_sure_says_what_the_box_could_show_from_the_last_blocked_comparison(
     noise = BoxNoise.of(last)
     line = could(night)
     assert f"from {noise.pairs} pair(s)" in line and f"error rate ({noise.alpha:.2g})" in line
-    assert f"shows a move of {shown_at(REEXAMINE_CAP, noise.s2, noise.alpha):+.1%} or more" in line
+    assert f"shows a move of {shown_at(REEXAMINE_CAP, noise.s2, noise.alpha, noise.df):+.1%} or more" in line
     before = int(re.search(r"would need about (\d+) boots", line).group(1))
-    assert before == boots_for(0.02, noise.s2, noise.alpha)
+    assert before == boots_for(0.02, noise.s2, noise.alpha, df=noise.df)
     folder = tmp_path / "spread"
     shutil.copytree(night, folder)
     last["boot_sigma"] = 0.05

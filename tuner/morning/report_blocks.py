@@ -92,27 +92,30 @@ def what_it_could_show(b) -> str | None:
     noise = box_noise(b)
     if noise is None:
         return None
-    s2, a = noise.s2, noise.alpha
+    s2, a, df = noise.s2, noise.alpha, noise.df
     floor = getattr(getattr(b.camp, "search", None), "min_effect", None) or 0.02
-    need = boots_for(floor, s2, a)
+    need = boots_for(floor, s2, a, df=df)
     spread = (f"boots of one shape spread {noise.boot_sigma:.1%} beyond their runs' noise (from {noise.pairs} "
               "pair(s) of successive boots)" if noise.boot_sigma > 0 else
               f"boots of one shape agreed to their runs' noise (from {noise.pairs} pair(s) of successive boots)")
     return (f"What this box could show: {spread}, and a boot's mean carries "
             f"{math.sqrt(max(0.0, s2 - noise.boot_sigma ** 2)):.1%} of the runs' own noise. At the night's last "
             f"error rate ({a:.2g}), a challenger booted {REEXAMINE_CAP} times between incumbent boots shows a move "
-            f"of {shown_at(REEXAMINE_CAP, s2, a):+.1%} or more half the time; the smallest move worth one "
-            f"({floor:+.0%}) would need " + (f"about {need} boots." if need else "more boots than any night holds."))
+            f"of {shown_at(REEXAMINE_CAP, s2, a, df):+.1%} or more half the time; the smallest move worth one "
+            f"({floor:+.1%}) would need " + (f"about {need} boots." if need else "more boots than any night holds."))
 
 
 def boots_short(noise: BoxNoise | None, c: dict) -> str:
     """What an undecided change's reading would need on this box (empty without a blocked reading)."""
     if noise is None or c.get("boot_sigma") is None or not c.get("effect") or c["effect"] <= 0:
         return ""
-    n = boots_for(c["effect"], noise.s2, noise.alpha)
+    n = boots_for(c["effect"], noise.s2, noise.alpha, df=noise.df)
     if n is None:
         return "; a reading that small would need more boots than any night holds"
-    return f"; about {max(0, n - (c.get('boots') or [0])[0])} more boot(s) would show a reading that large half the time"
+    more = n - (c.get("boots") or [0])[0]
+    if more <= 0:
+        return "; at the box's spread its boots would show it, but its own interval is wider (open blocks, its own spread)"
+    return f"; about {more} more boot(s) would show a reading that large half the time"
 
 
 def steady_lines(b) -> tuple[str | None, list[str]]:

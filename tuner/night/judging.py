@@ -148,7 +148,7 @@ class Judging:
                          default=0)
             held = any(x.get("contended") for d in depths for x in d["runs"])
             if held and usable < runs and have < EXTEND_CAP * runs:
-                return runs - usable         # runs another process held are left out: replace them while there is room
+                return min(runs - usable, EXTEND_CAP * runs - have)   # runs another process held: replaced while there is room
             if p.kind in ("baseline", "recheck", "start"):
                 return runs if have < 2 * runs else 0
             if have >= EXTEND_CAP * runs or st.incumbent_arm is None:

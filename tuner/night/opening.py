@@ -84,6 +84,8 @@ class Opening:
         limit = self.runner.plan.background_cores + FOREIGN_CORES_LIMIT
         t0 = self.host.now()
         end = t0 + QUIET_WAIT_S if self.deadline is None else min(t0 + QUIET_WAIT_S, self.deadline)
+        if end - t0 < QUIET_POLL_S or (self.max_arms is not None and len(st.arms) >= self.max_arms):
+            return                              # the night ends before another boot: nothing to wait for
         cores = self.host.rest_load(REST_S).get("cores")
         if cores is None or cores < limit:
             return
@@ -92,10 +94,11 @@ class Opening:
         while cores is not None and cores >= limit and self.host.now() + QUIET_POLL_S <= end:
             self.host.sleep(QUIET_POLL_S)
             cores = self.host.rest_load(REST_S).get("cores")
-        quiet = cores is None or cores < limit
+        quiet = cores is not None and cores < limit      # unreadable: not known to be quiet
         self.journal.append("note", text=BUSY_NOTE, waited_s=round(self.host.now() - t0, 1), cores=cores,
                             quiet=quiet, after_arm=mine[-1].n, **({"box": self.box} if self.box else {}))
-        log.info("[night BUSY] %s after %.0f s", "quiet" if quiet else f"still {cores:.2f} cores: going on",
+        log.info("[night BUSY] %s after %.0f s", "quiet" if quiet else
+                 (f"still {cores:.2f} cores: going on" if cores is not None else "load unreadable: going on"),
                  self.host.now() - t0)
 
     def _start_locked(self) -> State:

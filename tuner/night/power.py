@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from tuner.night.compare import t_quantile
+
 _N = NormalDist()
 MAX_BOOTS = 400       # past this many challenger boots a move is called out of reach
 
@@ -24,18 +26,24 @@ def contrast_var(n: int, s2: float) -> float:
     return s2 * (2 * n - 0.5) / n ** 2
 
 
-def shown_at(n: int, s2: float, alpha: float) -> float:
+def _bound(alpha: float, df: float | None) -> float:
+    """The one-sided quantile a promotion's lower bound reads at ``alpha``: Student's t at ``df``
+    degrees of freedom (a spread estimated from few boot pairs), the normal one without."""
+    return _N.inv_cdf(1 - alpha) if df is None else t_quantile(1 - alpha, df)
+
+
+def shown_at(n: int, s2: float, alpha: float, df: float | None = None) -> float:
     """The relative effect ``n`` challenger boots show half the time at one-sided error rate ``alpha``
     (the effect whose estimate sits exactly on the bound)."""
-    return math.expm1(_N.inv_cdf(1 - alpha) * math.sqrt(contrast_var(n, s2)))
+    return math.expm1(_bound(alpha, df) * math.sqrt(contrast_var(n, s2)))
 
 
-def boots_for(effect: float, s2: float, alpha: float, power: float = 0.5) -> int | None:
+def boots_for(effect: float, s2: float, alpha: float, power: float = 0.5, df: float | None = None) -> int | None:
     """The fewest challenger boots that show a true relative ``effect`` with chance ``power`` at
     error rate ``alpha``; None past ``MAX_BOOTS`` (or for an effect that is no gain)."""
     if effect <= 0:
         return None
-    z = _N.inv_cdf(1 - alpha) + _N.inv_cdf(power)
+    z = _bound(alpha, df) + _N.inv_cdf(power)
     d = math.log1p(effect)
     for n in range(1, MAX_BOOTS + 1):
         if d >= z * math.sqrt(contrast_var(n, s2)):
@@ -56,6 +64,14 @@ class BoxNoise:
     @property
     def s2(self) -> float:
         return self.boot_sigma ** 2 + self.run_sigma ** 2 / max(1.0, self.runs_per_boot)
+
+    @property
+    def df(self) -> float:
+        """Welch-Satterthwaite degrees of freedom of one boot's variance: the boot spread rests on
+        ``pairs``, the runs' noise on many; as the night's test reads them."""
+        b, r = self.boot_sigma ** 2, self.s2 - self.boot_sigma ** 2
+        den = b * b / max(1, self.pairs) + r * r / 1e6
+        return (b + r) ** 2 / den if den > 0 else 1e6
 
     @classmethod
     def of(cls, comparison: dict) -> "BoxNoise | None":
