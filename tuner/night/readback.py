@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,7 +134,9 @@ def mark_shared(folder: Path, url: str, campaign: str) -> None:
     """Write ``shared.json`` (a box does, when it joins): readers of the folder find the record
     (``url`` without its password)."""
     Path(folder).mkdir(parents=True, exist_ok=True)
-    tmp = Path(folder) / (SHARED + ".tmp")
+    # one temporary file per writer: boxes that join at once each replace the file whole (a shared
+    # name lost the race: one box's rename took the other's file away, FileNotFoundError)
+    tmp = Path(folder) / f"{SHARED}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     tmp.write_text(json.dumps({"storage": url, "campaign": campaign}) + "\n")
     os.replace(tmp, Path(folder) / SHARED)
 
