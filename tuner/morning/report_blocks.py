@@ -9,6 +9,7 @@ import math
 
 from arms import values
 from tuner.night.blocks import Boot, drift_of
+from tuner.night.compare import MIN_EFFECT
 from tuner.night.power import BoxNoise, boots_for, shown_at
 from tuner.night.search import REEXAMINE_CAP
 
@@ -93,7 +94,7 @@ def what_it_could_show(b) -> str | None:
     if noise is None:
         return None
     s2, a, df = noise.s2, noise.alpha, noise.df
-    floor = getattr(getattr(b.camp, "search", None), "min_effect", None) or 0.02
+    floor = getattr(getattr(b.camp, "search", None), "min_effect", None) or MIN_EFFECT
     need = boots_for(floor, s2, a, df=df)
     spread = (f"boots of one shape spread {noise.boot_sigma:.1%} beyond their runs' noise (from {noise.pairs} "
               "pair(s) of successive boots)" if noise.boot_sigma > 0 else
