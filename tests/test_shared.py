@@ -95,7 +95,7 @@ def test_three_simulated_boxes_share_one_campaign(tmp_path, pg, monkeypatch):
     # at one incumbent, a challenger runs on two boxes at once only as a declared twin (search._twin:
     # a second box's boot of a challenger that already reads better), never twice on one box, and
     # never on more than TWINS boxes at once
-    from tuner.night.search import TWINS
+    from tuner.night.search import AHEAD_TWINS, JOIN, TWINS
 
     spans = {r["arm"]: [r["seq"], None] for r in starts}
     for r in recs:
@@ -106,7 +106,7 @@ def test_three_simulated_boxes_share_one_campaign(tmp_path, pg, monkeypatch):
                 and a["incumbent"] == b["incumbent"] and spans[a["arm"]][1] > spans[b["arm"]][0]]
         if same:
             assert b["kind"] == "confirm" and b["why"].startswith("twin of arm "), (b, same)
-            assert all(a["box"] != b["box"] for a in same) and len(same) < TWINS, (b, same)
+            assert all(a["box"] != b["box"] for a in same) and len(same) < max(TWINS, AHEAD_TWINS, JOIN), (b, same)
     twins = [r for r in starts if r["why"].startswith("twin of arm ")]
     assert twins, "the default landscape's +50 % challenger was never booted on a second box beside the first"
     # a move judged on its closed blocks alone: every boot it rests on bracketed on its own box, the
@@ -172,6 +172,36 @@ def test_comparisons_are_blocked_by_box(tmp_path, pg):
     assert blocks, "no blocked comparison in the night"
     for b in blocks:
         assert b["ref"] and all(box[x] == box[b["boot"]] for x in b["ref"]), b
+
+
+def test_boxes_work_ahead_of_a_pending_move_and_only_a_leader_is_moved_from(tmp_path, pg, monkeypatch):
+    """Two boxes on seed 002's landscape: while a challenger that reads better waits for its
+    blocks, a box that booted it measures its neighbours against it (``ahead``: tuner/night/ahead.py).
+    Each such arm is judged against the shape it supposed, never moves the incumbent before that
+    shape leads, and its trial is told by the night's end; the report counts them."""
+    path = campaign_file(tmp_path, "ahead", max_arms=40)
+    runs = run_fleet(path, pg.url, {"a": 1.0, "b": 1.02}, landscape=DEFAULT_LANDSCAPE, max_arms=40)
+    assert all(r.error is None for r in runs.values()), {b: r.error for b, r in runs.items()}
+    recs = check_consistent(pg.url, "ahead")           # every trial told, one chain of moves
+    starts = {r["arm"]: r for r in recs if r["op"] == "arm_start"}
+    ahead = [r for r in starts.values() if r.get("ahead") is not None]
+    assert ahead, "no arm was begun ahead of a move"
+    moves = [r for r in recs if r["op"] == "incumbent"]
+    for r in ahead:
+        base = starts[r["ahead"]]
+        assert r["incumbent"] == base["identity"] and base["change"] and r["why"].startswith(f"ahead of arm {r['ahead']}")
+        for c in (x for x in recs if x["op"] == "compare" and x["arm"] == r["arm"]):
+            assert c["incumbent"] == r["incumbent"], (r, c)        # judged against the shape it supposed
+    for m in moves:                       # a move is made from the incumbent the arm was judged against
+        assert starts[m["arm"]]["incumbent"] == m["previous"], m
+    led = {m["identity"] for m in moves}
+    used = [r for r in ahead if r["incumbent"] in led]
+    assert used, "no arm begun ahead was of a shape that then led"
+    from tuner.morning.report import write_report
+
+    monkeypatch.setenv("PGPASSWORD", pg.password)
+    md = write_report(load_campaign(str(path)).folder)
+    assert f"{len(ahead)} arm(s) were begun ahead of a move" in md and f"{len(used)} of them were of a shape that then led" in md
 
 
 def test_the_night_rides_out_a_database_restart(tmp_path, pg):

@@ -59,13 +59,32 @@ def boxes(b, df: pd.DataFrame) -> Section | None:
                      "parity / worse": v.get("parity", 0) + v.get("worse", 0),
                      "failed": sum(c for k, c in v.items() if k.startswith("boot-failed") or k in ("corrupt", "invalid")),
                      "interrupted": v.get("interrupted", 0),
+                     "ahead": sum(1 for a in mine if (a.start or {}).get("ahead") is not None),
                      "offset": "—" if off is None else f"{off[0]:+.1%} ({off[1]} shape{'s' if off[1] != 1 else ''})"})
     s.add("table", pd.DataFrame(rows))
+    ahead = ahead_text(arms, b.st.moves)
+    if ahead:
+        s.add("p", ahead)
     if len(offsets) >= 2:
         spread = statistics.pstdev(v for v, _ in offsets.values())
         s.add("p", f"Measured box spread: {spread:.1%} (the standard deviation of the boxes' offsets; an offset is a "
                    "box's decode rate against the mean of the boxes on the shapes several of them booted).")
     return s
+
+
+def ahead_text(arms, moves) -> str | None:
+    """What the arms begun ahead of a move (tuner/night/ahead.py) came to: how many, and how many
+    were measured against a shape that then led (the others' comparisons moved nothing)."""
+    ahead = [a for a in arms if (a.start or {}).get("ahead") is not None]
+    if not ahead:
+        return None
+    led = {m.get("identity") for m in moves}
+    used = sum(1 for a in ahead if a.incumbent in led)
+    promoted = sum(1 for m in moves if any(a.n == m.get("arm") for a in ahead))
+    return (f"{len(ahead)} arm(s) were begun ahead of a move: measured against a challenger that read better while its "
+            f"blocks closed, the likely next incumbent. {used} of them were of a shape that then led (their "
+            f"comparisons carried on from there; {promoted} became a move themselves), {len(ahead) - used} of one "
+            "that never did (judged against it, they moved nothing).")
 
 
 def _ranges(ns: list[int]) -> str:

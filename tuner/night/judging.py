@@ -10,9 +10,10 @@ import logging
 
 from arms import values
 from arms.lifecycle import crashpoint
+from tuner.night.ahead import still_ahead
 from tuner.night.blocks import Boot, boot_spread, compare_blocked, drift_of
 from tuner.night.compare import look_alpha
-from tuner.night.search import Proposal, promising
+from tuner.night.search import Proposal, pending_moves, promising
 from tuner.night.state import State
 from tuner.night.verdict import promotes
 
@@ -29,7 +30,7 @@ class Judging:
         """Arm ``a``'s latest comparison reads better (``search.promising``) but waits for incumbent
         boots around its boots (tuner/night/blocks.py): its trial stays RUNNING until ``_bracket`` decides it, so the
         study's value is the one the move (or its absence) gives."""
-        if a.end is None or not a.change or a.incumbent != st.incumbent_key:
+        if a.end is None or not a.change or a.incumbent != st.incumbent_key and not still_ahead(st, a, promising):
             return False
         c = st.latest_comparisons().get((a.incumbent, a.change[0], values.text(a.change[1])))
         return c is not None and c.get("arm") == a.n and bool(c.get("open")) and promising(c)
@@ -100,26 +101,33 @@ class Judging:
         promotes when it still says better. Idempotent: resume calls it too."""
         if not self._comparable():
             return st
+        here = st.incumbent.key()
+        bases = {a.key: a.shape for _, a in pending_moves(st)} if getattr(self, "box", None) is not None else {}
         for (inc, name, vt), c in st.latest_comparisons().items():
-            if inc != st.incumbent.key() or not c.get("open") or not promising(c):
+            if inc != here and inc not in bases or not c.get("open") or not promising(c):
                 continue
             arm = st.arms.get(c.get("arm"))
             if arm is None or arm.change is None or (arm.end or {}).get("verdict") is None:
                 continue
-            new, look = self._compare(st, arm.shape, None)
+            new, look = self._compare(st, arm.shape, None, against=None if inc == here else bases[inc])
             if new is None or new.open >= c["open"]:
                 continue
-            self.journal.append("compare", arm=arm.n, incumbent=st.incumbent.key(), look=look, kind="bracketed",
+            self.journal.append("compare", arm=arm.n, incumbent=inc, look=look, kind="bracketed",
                                 closed_by=n, change=[arm.change[0], values.encode(arm.change[1])],
                                 comparison=new.to_dict())
-            log.info("[arm %s BRACKETED] %s -> %s: %s %s (%d open block(s) left)", arm.n, arm.change[0],
+            log.info("[arm %s BRACKETED%s] %s -> %s: %s %s (%d open block(s) left)", arm.n,
+                     "" if inc == here else f" ahead of arm {arm.start.get('ahead')}", arm.change[0],
                      values.text(arm.change[1]), new.verdict, new.interval_text(), new.open)
             st = self._replay()
+            if inc != here:
+                continue                          # judged where it was begun: it moves nothing before that leads
             moving = new.to_dict() if promotes(arm.kind, None, new.to_dict()) else self._closed_move(st, arm, new.to_dict())
             if moving is not None:
                 self._promote(self._replay(), arm.n, moving)
                 if n is not None:
                     crashpoint("incumbent", n)
+                if bases:                         # comparisons begun ahead of this move may now close
+                    return self._bracket(self._replay(), n)
                 st = self._replay()
                 break
         self._tell_waiting(st, n)

@@ -16,6 +16,7 @@ from arms.host import Host
 from arms.lifecycle import crashpoint
 from arms.profiles import EngineProfile
 
+from tuner.night.ahead import supposing
 from tuner.night.arm_runner import ArmRunner, log_verdict
 from tuner.night.ending import (NoResult, continue_night, deadline_from, final_end, judged_start,  # noqa: F401
                                  no_result)
@@ -223,6 +224,8 @@ class CampaignLoop(Opening, Judging):
             if self.fleet is not None and any(a.box != self.box for a in st.open_arms):
                 return None
             return _Stop(self._converged(st))
+        if p.ahead is not None:             # at the incumbent-to-be (tuner/night/ahead.py)
+            st = supposing(st, p.ahead)
         return self._begin(st, p)
 
     def _ended_elsewhere(self, st: State) -> dict | None:
@@ -317,8 +320,9 @@ class CampaignLoop(Opening, Judging):
                             change=[p.change[0], values.encode(p.change[1])] if p.change else None,
                             incumbent=st.incumbent.key(), trial=trial, why=p.why,
                             judged=st.judged(self.camp.search.min_effect),   # what it is judged against
-                            **({"params": params} if params else {}), **({"box": self.box} if self.box else {}))
-        log.info("[arm %d START %s] %s — %s", n, p.kind,
+                            **({"params": params} if params else {}), **({"box": self.box} if self.box else {}),
+                            **({"ahead": p.ahead} if p.ahead is not None else {}))
+        log.info("[arm %d START %s%s] %s — %s", n, p.kind, f" ahead of arm {p.ahead}" if p.ahead is not None else "",
                  f"{p.change[0]} -> {values.text(p.change[1])}" if p.change else "the incumbent", p.why)
         crashpoint("started", n)
         ref = self._reference_arm(st)
@@ -393,6 +397,8 @@ class CampaignLoop(Opening, Judging):
         if not moved and (closed is not None or promotes(p.kind, rec, rec.get("compare") if cmp is not None else None)):
             self._promote(self._replay(), n, closed)
             crashpoint("incumbent", n)
+            if self.fleet is not None:          # comparisons begun ahead of this move may now close
+                self._bracket(self._replay(), n)
         elif cmp is None:
             self._bracket(self._replay(), n)      # an incumbent boot may close a waiting challenger's blocks
         st3 = self._replay()

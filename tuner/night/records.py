@@ -51,6 +51,7 @@ class ArmStart(Record):
     judged: dict | None = None               # the incumbent value and band it is judged against (State.judged)
     params: dict | None = None               # a joint arm's study params (sealed choices, arms.values)
     box: str | None = None                   # the box that ran it (a shared campaign, tuner/night/shared.py)
+    ahead: int | None = None                 # begun ahead of that arm's move (tuner/night/ahead.py)
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,8 @@ TYPES: dict[str, tuple[type, dict[str, tuple[Any, Any]]]] = {
                                        "simulated": (bool, None), "membw": (dict, None)}),
     "arm_start": (ArmStart, {"arm": (int, REQ), "kind": (str, REQ), "shape": (dict, REQ), "incumbent": (str, REQ),
                              "change": (list, None), "trial": (int, None), "identity": (str, None),
-                             "judged": (dict, None), "params": (dict, None), "box": (str, None)}),
+                             "judged": (dict, None), "params": (dict, None), "box": (str, None),
+                             "ahead": (int, None)}),
     "arm_end": (ArmEnd, {"arm": (int, REQ), "verdict": (str, None), "score": (dict, None)}),
     "told": (Told, {"arm": (int, REQ), "trial": (int, None)}),
     "incumbent": (IncumbentMove, {"arm": (int, REQ), "shape": (dict, REQ), "score": (dict, REQ),

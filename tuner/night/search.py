@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 from arms.shape import Lever, Shape
@@ -46,6 +46,10 @@ BOOTS_CAP = 5            # boots of one challenger at one incumbent before it is
 REEXAMINE_CAP = 7        # ... while the night re-examines weak evidence
 HEAD_TO_HEAD = 3         # boots of the starting shape in the closing head-to-head
 TWINS = 2                # boxes at once on one challenger (a shared campaign: ``_twin``)
+AHEAD = True             # a shared campaign's boxes work at the likely next incumbent (``_ahead``)
+AHEAD_BOOTS = 2          # ... once it reads better (``promising``) on this many boots (or is called better)
+AHEAD_TWINS = 4          # ... booting it on at most this many boxes at once
+JOIN = 4                 # boxes at once on the undecided challenger of highest expected gain (``_join``)
 DECIDE_Z = 3.5           # standard errors a promotion needs, about (the night's looks run at 1e-4 and below)
 PROMISING_Z = 2.0        # an undecided challenger reading this many standard errors better is worth a bracket
 PRIOR_SIGMA = 0.05       # an untried change: mean 0, this sigma
@@ -63,6 +67,7 @@ class Proposal:
     kind: str                               # baseline | probe | confirm | recheck | start
     change: tuple[str, object] | None = None
     why: str = ""
+    ahead: int | None = None                # begun ahead of this arm's move (tuner/night/ahead.py)
 
 
 def expected_gain(mu: float, sigma: float, bar: float = 0.0) -> float:
@@ -331,8 +336,76 @@ def _twin(state: State, box: str, busy: set) -> Proposal | None:
     return Proposal("confirm", a.change, why=f"twin of arm {a.n} ({a.box}): {why}; this box's blocks beside it")
 
 
+def pending_moves(state: State) -> list[tuple[dict, object]]:
+    """(comparison, arm) of the challengers at the incumbent that read better (``promising``) on
+    two boots or more, or are called better, and wait only for incumbent boots around theirs (an
+    open block): the likely next incumbents, best reading first."""
+    inc = state.incumbent_key
+    out = []
+    for (k, name, vt), c in state.latest_comparisons().items():
+        if k != inc or not c.get("open") or not promising(c):
+            continue
+        if c.get("verdict") != Verdict.BETTER and (c.get("boots") or [0])[0] < AHEAD_BOOTS:
+            continue
+        arm = state.arms.get(c.get("arm"))
+        if arm is not None and arm.change is not None and arm.incumbent == inc and arm.end is not None:
+            out.append((c, arm))
+    out.sort(key=lambda x: -x[0]["effect"])
+    return out
+
+
+def _ahead(state: State, levers: dict[str, Lever], box: str, recheck_every: int, busy: set) -> Proposal | None:
+    """On a shared campaign: this box's next arm at the incumbent-to-be (tuner/night/ahead.py).
+    For the likeliest pending move (``pending_moves``): a box with no boot of that shape yet boots
+    it (a twin: more evidence for the move, and this box's own boot of the incumbent-to-be); a box
+    with one measures the next neighbour there, by the same policy as at the incumbent."""
+    from tuner.night.ahead import supposing
+
+    if not any(a.box != box for a in state.arms.values()):
+        return None                             # one box: its next arm is the bracket itself, nothing to overlap
+    for c, arm in pending_moves(state):
+        if state.boots_of(arm.key, box) < 1:
+            if (arm.change[0], values.text(arm.change[1])) in busy and running_of(state, arm) >= AHEAD_TWINS:
+                continue
+            return Proposal("confirm", arm.change, why=f"twin of arm {arm.n} ({arm.box}): ahead — {c['verdict']} "
+                                                       f"{c['effect']:+.1%} after {c['boots'][0]} boot(s) waits for "
+                                                       "its blocks; this box's boot of the likely next incumbent")
+        view = supposing(state, arm.n)
+        p = propose(view, levers, recheck_every=recheck_every, confirm=True, spend=False, box=box, ahead=False)
+        if p is not None and p.kind in ("probe", "confirm", "recheck"):
+            return replace(p, ahead=arm.n, why=f"ahead of arm {arm.n} ({arm.change[0]} -> "
+                                               f"{values.text(arm.change[1])}): {p.why}")
+    return None
+
+
+def _join(state: State, best: tuple, box: str, busy: set) -> Proposal | None:
+    """On a shared campaign: when the challenger of highest expected gain is an undecided one
+    another box is booting now, this box boots it beside (up to ``JOIN`` boxes at once): a small
+    effect needs several bracketed boots, and boxes booting it side by side gather them in the time
+    one box takes for one (each box's blocks are its own)."""
+    _, name, value, why = best
+    key = (name, values.text(value))
+    if key not in busy:
+        return None
+    c = state.comparison_at(state.incumbent_key, *key)
+    if c is None or c.get("verdict") != Verdict.UNDECIDED or (c.get("effect") or 0) <= 0:
+        return None
+    running = [a for a in state.open_arms if a.change and a.incumbent == state.incumbent_key
+               and (a.change[0], values.text(a.change[1])) == key]
+    if not running or len(running) >= JOIN or any(a.box == box for a in running):
+        return None
+    a = running[0]
+    return Proposal("confirm", (name, value), why=f"twin of arm {a.n} ({a.box}): the best expected gain, {why}; "
+                                                  "this box's blocks beside it")
+
+
+def running_of(state: State, arm) -> int:
+    """Boots of ``arm``'s shape running now, any box."""
+    return sum(1 for a in state.open_arms if a.key == arm.key)
+
+
 def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, confirm: bool = True,
-            spend: bool = True, box: str | None = None) -> Proposal | None:
+            spend: bool = True, box: str | None = None, ahead: bool = True) -> Proposal | None:
     """The next arm. ``box``: the box asking, on a shared campaign (tuner/night/shared.py): the
     starting shape, the incumbent's re-measures and a bracket are its own (its comparisons are
     blocked by box), and what another box runs now is not given again."""
@@ -359,7 +432,15 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
         p = _twin(state, box, busy)
         if p is not None:
             return p
-    cands = [c for c in candidates(state, levers) if (c[1], values.text(c[2])) not in busy]
+        p = _ahead(state, levers, box, recheck_every, busy) if ahead and AHEAD else None
+        if p is not None:
+            return p
+    every = candidates(state, levers)
+    if box is not None and confirm and every and JOIN > 1:
+        p = _join(state, every[0], box, busy)
+        if p is not None:
+            return p
+    cands = [c for c in every if (c[1], values.text(c[2])) not in busy]
     if cands:
         _, name, value, why = cands[0]
         return Proposal("probe", (name, value), why=why)

@@ -158,6 +158,10 @@ class State:
         (the comparison, with its ``arm``)."""
         return dict(self._latest)
 
+    def comparison_at(self, key: str, lever: str, value_text: str) -> dict | None:
+        """The latest comparison of challenger (``lever``, ``value_text``) at incumbent ``key``."""
+        return self._latest.get((key, lever, value_text))
+
     def measured_boots(self) -> dict[str, list[tuple[int, float, dict]]]:
         """Shape key -> (arm, hours on the journal's clock when the arm ended, measurement) of each
         of its measured, uncorrupted boots, in arm order (what ``measurements_of`` returns, timed)."""
@@ -186,9 +190,13 @@ class State:
     def incumbent_boots(self, box: str | None) -> int:
         """Measured boots of the incumbent on ``box``, finished or running now (a box's first
         arms at an incumbent are its own boots of it: its comparisons are blocked by box)."""
+        return self.boots_of(self.incumbent_key, box)
+
+    def boots_of(self, key: str, box: str | None) -> int:
+        """Measured boots of shape ``key`` on ``box``, finished or running now."""
         n = 0
         for a in self.arms.values():
-            if a.box == box and a.key == self.incumbent_key and a.kind in MEASURES and \
+            if a.box == box and a.key == key and a.kind in MEASURES and \
                     (a.end is None or ((a.end.get("measurement") or {}).get("outcome") == "measured"
                                        and a.verdict != Verdict.CORRUPT)):
                 n += 1

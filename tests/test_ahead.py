@@ -1,0 +1,134 @@
+"""Working ahead of a move on a shared campaign (tuner/night/ahead.py, search._ahead, search._join):
+the state as if a pending challenger led, the policy run on it, and what a box with and without a
+boot of that challenger is given."""
+from __future__ import annotations
+
+from arms.shape import Lever, Shape
+from tuner.night import search
+from tuner.night.ahead import still_ahead, supposing
+from tuner.night.journal import Journal
+from tuner.night.search import apply, candidates, encode_value, pending_moves, promising, propose
+from tuner.night.state import replay
+
+IMG = "localhost/x@sha256:" + "b" * 64
+BASE = Shape.from_mapping({"image": IMG, "model": "/m", "args": {"expert-prefetch": 1, "max-num-seqs": 4},
+                           "env": {"R4D_LRU_GATHER_CHUNKS": 8}})
+LEVERS = {"expert-prefetch": Lever.from_spec("expert-prefetch", ["absent", 1, 2]),
+          "max-num-seqs": Lever.from_spec("max-num-seqs", [2, 3, 4]),
+          "env.R4D_LRU_GATHER_CHUNKS": Lever.from_spec("env.R4D_LRU_GATHER_CHUNKS", [8, 32])}
+C = ("env.R4D_LRU_GATHER_CHUNKS", 32)
+SC = lambda o: {"feasible": True, "violation": 0.0, "objective": o}  # noqa: E731
+MEASURED = {"outcome": "measured", "depths": {}}
+
+
+class Night:
+    """A shared campaign's journal written by hand: arms of named boxes, some still running."""
+
+    def __init__(self, tmp_path):
+        self.j = Journal(tmp_path / "j.jsonl")
+        self.n = 0
+
+    def start(self, box, kind, change=None, base=BASE, ahead=None):
+        n, self.n = self.n, self.n + 1
+        shape = base.with_change(*change) if change else base
+        self.j.append("arm_start", arm=n, kind=kind, shape=shape.to_dict(), incumbent=base.key(), trial=n, box=box,
+                      change=[change[0], encode_value(change[1])] if change else None,
+                      **({"ahead": ahead} if ahead is not None else {}))
+        return n
+
+    def end(self, n, verdict, obj):
+        self.j.append("arm_end", arm=n, verdict=verdict, score=SC(obj), measurement=MEASURED)
+
+    def arm(self, box, kind, change=None, verdict="parity", obj=30.0, **kw):
+        n = self.start(box, kind, change, **kw)
+        self.end(n, verdict, obj)
+        return n
+
+    def compare(self, n, change, effect, boots, blocks, base=BASE, verdict="undecided", se=0.015):
+        self.j.append("compare", arm=n, incumbent=base.key(), change=[change[0], encode_value(change[1])], look=n,
+                      comparison={"verdict": verdict, "effect": effect, "lo": effect - 3 * se, "hi": effect + 3 * se,
+                                  "se": se, "boots": [boots, 4], "runs": [9 * boots, 36], "alpha": 1e-5,
+                                  "sigma": [0.03, 0.03], "open": sum(not c for _, c in blocks),
+                                  "blocks": [{"boot": b, "closed": c} for b, c in blocks]})
+
+    def state(self):
+        return replay(self.j.records, BASE, LEVERS)
+
+
+def pending_night(tmp_path) -> tuple[Night, int]:
+    """Boxes a, b, c at the start; C read +10 % on a (arm 6, bracketed by arm 8) and on b (arm 7,
+    its block still open): a pending move."""
+    nt = Night(tmp_path)
+    for box in "abc":
+        nt.arm(box, "baseline", verdict="baseline", obj=26.0)
+    for box in "abc":
+        nt.arm(box, "recheck", verdict="recheck", obj=26.1)
+    a = nt.arm("a", "probe", C, verdict="undecided", obj=28.6)
+    nt.compare(a, C, 0.10, 1, [(a, False)])
+    b = nt.arm("b", "confirm", C, verdict="undecided", obj=28.7)
+    nt.compare(b, C, 0.10, 2, [(a, False), (b, False)])
+    r = nt.arm("a", "recheck", verdict="recheck", obj=26.0)
+    nt.compare(a, C, 0.10, 2, [(a, True), (b, False)])      # a's block closed by its recheck (bracketed)
+    return nt, r
+
+
+def test_the_supposed_state_leads_with_the_pending_challenger_and_leaves_the_real_one_alone(tmp_path):
+    nt, _ = pending_night(tmp_path)
+    st = nt.state()
+    (c, arm), = pending_moves(st)
+    assert arm.n == 6 and promising(c) and c["open"] == 1
+    view = supposing(st, arm.n)
+    assert view.incumbent == BASE.with_change(*C) and view.incumbent_key == arm.key != st.incumbent_key
+    assert sorted(view.samples) == [28.6, 28.7]                     # its boots are the incumbent's samples
+    assert view.moves[-1]["supposed"] and str(view.moves[-1]["previous_value"]) == "8"
+    assert st.incumbent == BASE and st.incumbent_key == BASE.key() and not st.moves and 28.6 not in st.samples
+    moves = [(name, v) for _, name, v, _ in candidates(view, LEVERS)]
+    assert C not in moves and ("env.R4D_LRU_GATHER_CHUNKS", 8) not in moves   # neither itself nor its undo
+    assert ("max-num-seqs", 2) in moves
+
+
+def test_a_box_that_booted_the_pending_challenger_measures_its_neighbours_ahead(tmp_path, monkeypatch):
+    nt, _ = pending_night(tmp_path)
+    st = nt.state()
+    p = propose(st, LEVERS, box="a")
+    assert p.ahead == 6 and p.kind == "probe" and p.why.startswith("ahead of arm 6"), p
+    shape = apply(supposing(st, 6).incumbent, p.change)
+    assert str(shape.value_of(C[0])) == "32" and len(shape.diff(BASE)) == 2, shape.diff(BASE)
+    # b's block of it is still open: b closes it first; c has no boot of it: c boots it (a twin)
+    assert propose(st, LEVERS, box="b").kind == "recheck"
+    pc = propose(st, LEVERS, box="c")
+    assert pc.kind == "confirm" and pc.change == C and pc.ahead is None and pc.why.startswith("twin of arm 6")
+    monkeypatch.setattr(search, "AHEAD", False)
+    plain = propose(st, LEVERS, box="a")
+    assert plain.ahead is None and plain.kind == "probe"
+
+
+def test_an_arm_begun_ahead_waits_while_its_base_is_pending_and_not_after(tmp_path):
+    nt, _ = pending_night(tmp_path)
+    base = BASE.with_change(*C)
+    d = nt.arm("a", "probe", ("max-num-seqs", 2), verdict="undecided", obj=30.0, base=base, ahead=6)
+    nt.compare(d, ("max-num-seqs", 2), 0.05, 1, [(d, False)], base=base)
+    st = nt.state()
+    assert still_ahead(st, st.arms[d], promising)
+    nt.compare(6, C, -0.01, 3, [(6, True), (7, True)], verdict="parity")    # C's blocks closed: no move
+    st = nt.state()
+    assert not pending_moves(st) and not still_ahead(st, st.arms[d], promising)
+
+
+def test_boxes_boot_the_undecided_challenger_of_highest_expected_gain_side_by_side(tmp_path):
+    nt = Night(tmp_path)
+    for box in "ab":
+        nt.arm(box, "baseline", verdict="baseline", obj=26.0)
+    for box in "ab":
+        nt.arm(box, "recheck", verdict="recheck", obj=26.1)
+    a = nt.arm("a", "probe", C, verdict="undecided", obj=27.0)
+    nt.compare(a, C, 0.04, 1, [(a, True)], se=0.03)               # +4 % ± 3 %: worth more boots
+    again = nt.start("a", "probe", C)                              # a boots it again now
+    st = nt.state()
+    p = propose(st, LEVERS, box="b")
+    assert p.kind == "confirm" and p.change == C and p.why.startswith(f"twin of arm {again} (a)"), p
+    nt.end(again, "undecided", 27.1)
+    nt.compare(again, C, -0.01, 2, [(a, True), (again, True)], verdict="undecided", se=0.02)
+    busy = nt.start("a", "probe", C)
+    assert propose(nt.state(), LEVERS, box="b").change != C, "a reading at or below zero is not joined"
+    assert busy
