@@ -3,19 +3,14 @@ the state as if a pending challenger led, the policy run on it, and what a box w
 boot of that challenger is given."""
 from __future__ import annotations
 
-from arms.shape import Lever, Shape
+from tests.test_search import BASE, LEVERS
 from tuner.night import search
 from tuner.night.ahead import still_ahead, supposing
 from tuner.night.journal import Journal
+from tuner.night.judging import Judging
 from tuner.night.search import apply, candidates, encode_value, pending_moves, promising, propose
 from tuner.night.state import replay
 
-IMG = "localhost/x@sha256:" + "b" * 64
-BASE = Shape.from_mapping({"image": IMG, "model": "/m", "args": {"expert-prefetch": 1, "max-num-seqs": 4},
-                           "env": {"R4D_LRU_GATHER_CHUNKS": 8}})
-LEVERS = {"expert-prefetch": Lever.from_spec("expert-prefetch", ["absent", 1, 2]),
-          "max-num-seqs": Lever.from_spec("max-num-seqs", [2, 3, 4]),
-          "env.R4D_LRU_GATHER_CHUNKS": Lever.from_spec("env.R4D_LRU_GATHER_CHUNKS", [8, 32])}
 C = ("env.R4D_LRU_GATHER_CHUNKS", 32)
 SC = lambda o: {"feasible": True, "violation": 0.0, "objective": o}  # noqa: E731
 MEASURED = {"outcome": "measured", "depths": {}}
@@ -24,9 +19,12 @@ MEASURED = {"outcome": "measured", "depths": {}}
 class Night:
     """A shared campaign's journal written by hand: arms of named boxes, some still running."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, boxes: str):
         self.j = Journal(tmp_path / "j.jsonl")
         self.n = 0
+        for kind, obj in (("baseline", 26.0), ("recheck", 26.1)):     # each box's own pair of the start
+            for box in boxes:
+                self.arm(box, kind, verdict=kind, obj=obj)
 
     def start(self, box, kind, change=None, base=BASE, ahead=None):
         n, self.n = self.n, self.n + 1
@@ -58,11 +56,7 @@ class Night:
 def pending_night(tmp_path) -> tuple[Night, int]:
     """Boxes a, b, c at the start; C read +10 % on a (arm 6, bracketed by arm 8) and on b (arm 7,
     its block still open): a pending move."""
-    nt = Night(tmp_path)
-    for box in "abc":
-        nt.arm(box, "baseline", verdict="baseline", obj=26.0)
-    for box in "abc":
-        nt.arm(box, "recheck", verdict="recheck", obj=26.1)
+    nt = Night(tmp_path, "abc")
     a = nt.arm("a", "probe", C, verdict="undecided", obj=28.6)
     nt.compare(a, C, 0.10, 1, [(a, False)])
     b = nt.arm("b", "confirm", C, verdict="undecided", obj=28.7)
@@ -116,19 +110,73 @@ def test_an_arm_begun_ahead_waits_while_its_base_is_pending_and_not_after(tmp_pa
 
 
 def test_boxes_boot_the_undecided_challenger_of_highest_expected_gain_side_by_side(tmp_path):
-    nt = Night(tmp_path)
-    for box in "ab":
-        nt.arm(box, "baseline", verdict="baseline", obj=26.0)
-    for box in "ab":
-        nt.arm(box, "recheck", verdict="recheck", obj=26.1)
+    nt = Night(tmp_path, "ab")
     a = nt.arm("a", "probe", C, verdict="undecided", obj=27.0)
     nt.compare(a, C, 0.04, 1, [(a, True)], se=0.03)               # +4 % ± 3 %: worth more boots
     again = nt.start("a", "probe", C)                              # a boots it again now
     st = nt.state()
+    best = candidates(st, LEVERS)[0]
+    assert (best[1], best[2]) == C, best                           # the highest expected gain
     p = propose(st, LEVERS, box="b")
     assert p.kind == "confirm" and p.change == C and p.why.startswith(f"twin of arm {again} (a)"), p
+    busy = {(C[0], "32")}
+    assert search._join(st, best, "a", busy) is None                 # never beside itself
     nt.end(again, "undecided", 27.1)
     nt.compare(again, C, -0.01, 2, [(a, True), (again, True)], verdict="undecided", se=0.02)
-    busy = nt.start("a", "probe", C)
-    assert propose(nt.state(), LEVERS, box="b").change != C, "a reading at or below zero is not joined"
-    assert busy
+    nt.start("a", "probe", C)
+    st = nt.state()
+    assert search._join(st, best, "b", busy) is None, "a reading at or below zero is not joined"
+    nt.compare(again, C, 0.03, 4, [(a, True), (again, True)], verdict="undecided", se=0.02)
+    assert search._join(nt.state(), best, "b", busy) is None, "4 boots and 1 running reach the boot cap"
+
+
+def test_an_arm_begun_ahead_stops_waiting_once_another_move_came_first(tmp_path):
+    nt, _ = pending_night(tmp_path)
+    base = BASE.with_change(*C)
+    d = nt.arm("a", "probe", ("max-num-seqs", 2), verdict="undecided", obj=30.0, base=base, ahead=6)
+    nt.compare(d, ("max-num-seqs", 2), 0.05, 1, [(d, False)], base=base)
+    e = nt.arm("c", "confirm", ("expert-prefetch", 2), verdict="better", obj=31.0)
+    other = BASE.with_change("expert-prefetch", 2)
+    nt.j.append("incumbent", arm=e, shape=other.to_dict(), identity=other.key(), score=SC(31.0), samples=[31.0])
+    nt.compare(6, C, 0.10, 2, [(6, False)], base=other)            # C again, at the new incumbent: another shape
+    st = nt.state()
+    assert st.incumbent_key == other.key() and not still_ahead(st, st.arms[d], promising)
+
+
+def test_a_box_whose_boot_of_the_pending_challenger_failed_does_not_boot_it_again(tmp_path):
+    nt, _ = pending_night(tmp_path)
+    n = nt.start("c", "confirm", C)
+    nt.j.append("arm_end", arm=n, verdict="boot-failed:oom", score=None)
+    p = propose(nt.state(), LEVERS, box="c")
+    assert not (p.kind == "confirm" and p.change == C), p
+
+
+class Promoter(Judging):
+    """``Judging._settled_wins`` over a hand-written journal: a move is an ``incumbent`` record."""
+
+    def __init__(self, nt):
+        self.nt = nt
+
+    def _replay(self):
+        return self.nt.state()
+
+    def _promote(self, st, n, comparison=None):
+        if any(m.get("arm") == n for m in st.moves):
+            return
+        a = st.arms[n]
+        self.nt.j.append("incumbent", arm=n, shape=a.shape.to_dict(), identity=a.key, score=SC(30.0), samples=[30.0],
+                         previous=a.incumbent, change=[a.change[0], encode_value(a.change[1])])
+
+
+def test_a_win_decided_ahead_moves_the_incumbent_once_its_base_leads(tmp_path):
+    """D won at I+C while C still waited for its blocks (judged there, it moved nothing); C's move
+    makes I+C the incumbent, and D's win is then a move at once, chained in one pass."""
+    nt, _ = pending_night(tmp_path)
+    base = BASE.with_change(*C)
+    d = nt.arm("a", "probe", ("max-num-seqs", 2), verdict="better", obj=33.0, base=base, ahead=6)
+    nt.compare(d, ("max-num-seqs", 2), 0.08, 2, [(d, True)], base=base, verdict="better")
+    st = Promoter(nt)._settled_wins(nt.state())
+    assert st.incumbent_key == BASE.key() and not st.moves            # C has not moved: nothing
+    nt.compare(6, C, 0.10, 3, [(6, True), (7, True)], verdict="better")
+    st = Promoter(nt)._settled_wins(nt.state())
+    assert [m["arm"] for m in st.moves] == [6, d] and st.incumbent == base.with_change("max-num-seqs", 2)

@@ -59,6 +59,7 @@ def arm_row(start: dict, end: dict | None, depths: list[str]) -> dict:
         "telemetry_status": (tel or {}).get("status"), "telemetry_precision": _precision(tel),
         "measure_s": end.get("measure_s"), "arm_s": end.get("arm_s"),
         "t_start": start.get("t"), "t_end": end.get("t"), "incumbent": start.get("incumbent"),
+        "ahead": start.get("ahead"),
         "reason": end.get("reason"), "evidence": (boot.get("evidence") or [None])[0] if boot.get("outcome") != "ready" else None,
     }
     for d in depths:

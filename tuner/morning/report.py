@@ -95,6 +95,10 @@ class _Builder:
             sh = Shape.from_dict(m["shape"])
             self.inc_shape[sh.key()] = sh
             self.inc_arm[sh.key()] = m["arm"]
+        for a in self.arms.values():        # an arm begun ahead of a move: its change reads from the shape it supposed
+            base = (a.start or {}).get("ahead")
+            if base in self.arms and a.incumbent not in self.inc_shape:
+                self.inc_shape[a.incumbent] = self.shape_of(base)
         self.move_of = {}                   # arm -> (move index, role)
         for i, m in enumerate(self.moves):
             self.move_of[m["arm"]] = (i, "confirm")      # the arm that decided the move

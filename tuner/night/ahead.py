@@ -61,7 +61,7 @@ def still_ahead(state: State, a: Arm, promising) -> bool:
     supposed is a challenger at the current incumbent whose latest comparison reads better
     (``promising``) with blocks still open."""
     base = state.arms.get(a.start.get("ahead")) if a.start.get("ahead") is not None else None
-    if base is None or base.key != a.incumbent:
-        return False
+    if base is None or base.key != a.incumbent or base.incumbent != state.incumbent_key:
+        return False                    # not a challenger of the incumbent any more: its move will not come
     c = base_comparison(state, base)
     return c is not None and bool(c.get("open")) and promising(c)

@@ -94,6 +94,28 @@ class Judging:
                  arm.change[0], values.text(arm.change[1]), new.verdict, ", ".join(map(str, left)))
         return new.to_dict()
 
+    def _settled_wins(self, st: State) -> State:
+        """Promote the wins at the incumbent whose move is not journaled: a confirmed or bracketed
+        win a crash cut off (resume calls this), or on a shared campaign one decided ahead of the
+        move that made its shape's base the incumbent (tuner/night/ahead.py: judged there before
+        that shape led, it could not move anything then). Each move may make another such win the
+        next one: looked for again until none is left."""
+        while True:
+            here = st.incumbent.key()
+            for a in st.finished():
+                if a.change and promotes(a.kind, a.end, (a.end or {}).get("compare")) and a.incumbent == here:
+                    self._promote(st, a.n)
+                    break
+            else:
+                for (inc, _, _), c in st.latest_comparisons().items():
+                    a = st.arms.get(c.get("arm"))
+                    if inc == here and a is not None and a.change and promotes(a.kind, None, c):
+                        self._promote(st, a.n, {k: v for k, v in c.items() if k != "arm"})
+                        break
+            st = self._replay()
+            if st.incumbent.key() == here:
+                return st
+
     def _bracket(self, st: State, n: int | None) -> State:
         """Re-judge the challengers at this incumbent whose better reading (``search.promising``)
         waited for incumbent boots around theirs (an open block, tuner/night/blocks.py): once a later incumbent boot closes one,
@@ -126,8 +148,8 @@ class Judging:
                 self._promote(self._replay(), arm.n, moving)
                 if n is not None:
                     crashpoint("incumbent", n)
-                if bases:                         # comparisons begun ahead of this move may now close
-                    return self._bracket(self._replay(), n)
+                if bases:                         # comparisons begun ahead of this move may now close or win
+                    return self._bracket(self._settled_wins(self._replay()), n)
                 st = self._replay()
                 break
         self._tell_waiting(st, n)

@@ -397,8 +397,8 @@ class CampaignLoop(Opening, Judging):
         if not moved and (closed is not None or promotes(p.kind, rec, rec.get("compare") if cmp is not None else None)):
             self._promote(self._replay(), n, closed)
             crashpoint("incumbent", n)
-            if self.fleet is not None:          # comparisons begun ahead of this move may now close
-                self._bracket(self._replay(), n)
+            if self.fleet is not None:          # comparisons begun ahead of this move may now close or win
+                self._bracket(self._settled_wins(self._replay()), n)
         elif cmp is None:
             self._bracket(self._replay(), n)      # an incumbent boot may close a waiting challenger's blocks
         st3 = self._replay()
@@ -413,8 +413,8 @@ class CampaignLoop(Opening, Judging):
         if any(m.get("arm") == n for m in st.moves):
             return
         arm = st.arms[n]
-        same = [a for a in st.finished() if a.shape == arm.shape and a.n <= n and a.verdict != "corrupt"
-                and (a.end or {}).get("score")]
+        same = [a for a in st.finished() if a.shape == arm.shape and a.verdict != "corrupt" and (a.end or {}).get("score")
+                and (a.n <= n or self.fleet is not None)]     # a fleet: its boots after n too (measured ahead)
         samples = [a.end["score"]["objective"] for a in same if a.end["score"].get("objective") is not None]
         comparison = comparison or (arm.end or {}).get("compare")
         extra = {"comparison": comparison} if comparison else {}

@@ -137,15 +137,7 @@ class Opening:
             log.warning("[arm %s VERDICT interrupted] resumed after a crash", a.n)
         self._sweep_silent()
         st = self._replay()
-        for a in st.finished():       # a confirmed win whose promotion the crash cut off
-            if a.change and promotes(a.kind, a.end, (a.end or {}).get("compare")) and a.incumbent == st.incumbent.key():
-                self._promote(st, a.n)
-                st = self._replay()
-        for (inc, _, _), c in st.latest_comparisons().items():     # a bracketed win the crash cut off
-            a = st.arms.get(c.get("arm"))
-            if inc == st.incumbent.key() and a is not None and a.change and promotes(a.kind, None, c):
-                self._promote(st, a.n, {k: v for k, v in c.items() if k != "arm"})
-                st = self._replay()
+        st = self._settled_wins(st)   # a win whose promotion the crash cut off
         st = self._bracket(st, None)
         self._reconcile_optuna(st)
         return self._replay()

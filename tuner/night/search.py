@@ -365,7 +365,10 @@ def _ahead(state: State, levers: dict[str, Lever], box: str, recheck_every: int,
         return None                             # one box: its next arm is the bracket itself, nothing to overlap
     for c, arm in pending_moves(state):
         if state.boots_of(arm.key, box) < 1:
-            if (arm.change[0], values.text(arm.change[1])) in busy and running_of(state, arm) >= AHEAD_TWINS:
+            tried = any(a.box == box and a.key == arm.key and a.incumbent == state.incumbent_key
+                        for a in state.arms.values())       # one that failed to boot here: not again
+            running = running_of(state, arm)
+            if tried or running >= AHEAD_TWINS or c["boots"][0] + running >= BOOTS_CAP:
                 continue
             return Proposal("confirm", arm.change, why=f"twin of arm {arm.n} ({arm.box}): ahead — {c['verdict']} "
                                                        f"{c['effect']:+.1%} after {c['boots'][0]} boot(s) waits for "
@@ -392,7 +395,8 @@ def _join(state: State, best: tuple, box: str, busy: set) -> Proposal | None:
         return None
     running = [a for a in state.open_arms if a.change and a.incumbent == state.incumbent_key
                and (a.change[0], values.text(a.change[1])) == key]
-    if not running or len(running) >= JOIN or any(a.box == box for a in running):
+    if not running or len(running) >= JOIN or any(a.box == box for a in running) \
+            or c["boots"][0] + len(running) >= BOOTS_CAP:
         return None
     a = running[0]
     return Proposal("confirm", (name, value), why=f"twin of arm {a.n} ({a.box}): the best expected gain, {why}; "
