@@ -99,6 +99,25 @@ def sweep_orphans(host: Host, campaign: str | None = None) -> list[str]:
     return removed
 
 
+def _remove_half_started(host: Host, spec: ContainerSpec, tag: str, settle_s: float) -> None:
+    """A signal (SIGTERM, Ctrl-C) or an error while podman was creating or starting ``spec``:
+    the container may exist without our knowing its id, or appear a moment later (podman
+    finishes a create its client stopped waiting for). Find it by its labels, for up to
+    ``settle_s``, and remove it. A signal that left nothing is said too."""
+    labels = {k: v for k, v in dict(spec.labels).items() if k != LABEL_MANAGED}
+    deadline = host.now() + settle_s
+    while True:
+        found = host.list_managed(labels)
+        for orphan, _ in found:
+            host.remove(orphan)
+            log.info("[%s TEARDOWN] removed %s (interrupted while starting)", tag, orphan[:12])
+        if found or host.now() >= deadline:
+            break
+        host.sleep(0.2)
+    if not found and settle_s > 0:
+        log.info("[%s TEARDOWN] interrupted while starting: no container of %s was left", tag, spec.name)
+
+
 @contextlib.contextmanager
 def booted(host: Host, spec: ContainerSpec, *, log_path: Path, port: int, model: str | None = None,
            probe: ReadinessProbe = ReadinessProbe(), timeout_s: float = 1200.0, hang_s: float = 600.0,
@@ -107,17 +126,13 @@ def booted(host: Host, spec: ContainerSpec, *, log_path: Path, port: int, model:
     t0 = host.now()
     try:
         cid = host.start(spec)
-    except BaseException:
-        # a signal (SIGTERM, Ctrl-C) while podman was creating it: the container may exist
-        # without our knowing its id — find it by its labels and remove it
-        labels = dict(spec.labels)
-        for orphan, _ in host.list_managed({k: v for k, v in labels.items() if k != LABEL_MANAGED}):
-            host.remove(orphan)
-            log.info("[%s TEARDOWN] removed %s (interrupted while starting)", tag, orphan[:12])
+    except BaseException as e:
+        # a signal may have cut the create short on our side only: wait a moment for podman
+        _remove_half_started(host, spec, tag, settle_s=0.0 if isinstance(e, Exception) else 3.0)
         raise
-    crashpoint("container-started", dict(spec.labels).get(LABEL_ARM))
     follower = None
     try:
+        crashpoint("container-started", dict(spec.labels).get(LABEL_ARM))
         follower = host.follow_logs(cid, log_path, Sealer.of_container(spec.env, spec.command).text)   # sealed as written
         log.info("[%s BOOT] %s started as %s", tag, spec.name, cid[:12])
         url = host.base_url(cid, port)

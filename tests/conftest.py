@@ -29,13 +29,16 @@ def run_engine(args: list[str], env: dict | None = None, timeout: float = 60) ->
 
 
 def sigterm_once_booting(host, campaign: str, *tuner_args: str, timeout: float = 60) -> tuple[int, str]:
-    """Start ``tuner *tuner_args``, send it SIGTERM once a container of ``campaign`` exists (or
-    after ``timeout``); (its exit status, its stderr)."""
+    """Start ``tuner *tuner_args``, send it SIGTERM once it has a container of ``campaign`` (or
+    after ``timeout``); (its exit status, its stderr). A container of that campaign left on
+    this podman by an earlier run is removed first: it is not the one this tuner starts."""
     import signal
     import time
 
     from arms.host import LABEL_CAMPAIGN
+    from arms.lifecycle import sweep_orphans
 
+    sweep_orphans(host, campaign)
     p = subprocess.Popen([sys.executable, "-m", "tuner.cli", *tuner_args], cwd=REPO,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
