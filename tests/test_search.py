@@ -235,3 +235,38 @@ def test_an_undecided_challenger_reading_well_above_zero_gets_its_bracket_and_an
         _open(j2, n, ch, "undecided", 0.10, 0.04, boots, boots)      # 2.4 se, but it could prove only ~+11 %
     p = propose(j2.state(), LEVERS, recheck_every=0)
     assert not (p.kind == "recheck" and p.why.startswith("bracket"))
+
+
+def _after_a_move(tmp_path, pruned_delta, move_effect):
+    """A probe of ``expert-prefetch: absent`` pruned at the first incumbent (it read ``pruned_delta``),
+    then the incumbent moves by ``move_effect`` on another lever."""
+    j = J(tmp_path)
+    j.arm("baseline", verdict="baseline", obj=26.0)
+    j.arm("recheck", verdict="recheck", obj=26.1)
+    j.arm("probe", ("expert-prefetch", ABSENT), verdict="worse", obj=26.0 * (1 + pruned_delta), delta=pruned_delta)
+    ch = ("env.R4D_LRU_GATHER_CHUNKS", 32)
+    n, shape = j.arm("confirm", ch, verdict="better", obj=26.0 * (1 + move_effect), delta=move_effect)
+    _cmp(j, n, ch, "better", move_effect, move_effect - 0.02, move_effect + 0.02, boots=2)
+    j.j.append("incumbent", arm=n, shape=shape.to_dict(), score=SC(26.0 * (1 + move_effect)), samples=[1.0],
+               change=[ch[0], 32], previous_value=8, comparison={"effect": move_effect})
+    j.inc = shape
+    j.arm("recheck", verdict="recheck", obj=26.0 * (1 + move_effect))
+    return j
+
+
+def test_a_large_reading_carried_across_a_large_move_is_read_again_before_an_untried_change(tmp_path):
+    """Interactions scale with the main effects they join: ``speculative-config: absent`` read -50 %
+    at the first incumbent, then a +47 % move on a lever it works with; what it reads now is anyone's
+    guess, so it is probed again before the untried changes. A -2 % reading carried across a +4 %
+    move stays -2 % ± a little, and waits behind the untried."""
+    from tuner.night.search import carried_sigma
+
+    big = _after_a_move(tmp_path / "big", -0.5, 0.47)
+    first = candidates(big.state(), LEVERS)[0]
+    assert (first[1], first[2]) == ("expert-prefetch", ABSENT) and "earlier incumbent" in first[3]
+    small = _after_a_move(tmp_path / "small", -0.02, 0.04)
+    order = [(c[1], c[2]) for c in candidates(small.state(), LEVERS)]
+    assert order.index(("expert-prefetch", ABSENT)) > order.index(("max-num-seqs", 2))
+    st = big.state()
+    assert carried_sigma(st, 0.04, -0.5, 2) > 10 * carried_sigma(st, 0.04, -0.5, 99)   # nothing moved since arm 99
+    assert carried_sigma(st, 0.04, -0.5, 2) > 2 * carried_sigma(st, 0.04, -0.02, 2)

@@ -56,6 +56,8 @@ PRIOR_SIGMA = 0.05       # an untried change: mean 0, this sigma
 RETRY_SIGMA = 0.03       # a change that failed for memory, retried once the plan moved: less likely to pay
 CARRY_SIGMA = 0.02       # added (in quadrature) to a carried estimate: the effect may interact
 INTERACTION = 0.1        # ... plus this much per unit of |log effect| the incumbent moved since
+HEREDITY = 2.0           # ... plus this much per unit of (|log effect| moved since) x (|log effect| read):
+                         #     interactions scale with the main effects (``carried_sigma``)
 CAPACITY = re.compile(r"(max-model-len|kv-cache|max-num-seqs|gpu-memory-utilization|precise-memory|ctx-size|"
                       r"cache-type|parallel|n-cpu-moe|n-gpu-layers)")
 PREFETCH = re.compile(r"prefetch", re.I)
@@ -103,6 +105,17 @@ def drift_since(state: State, arm: int | None) -> float:
             eff = (m.get("comparison") or {}).get("effect")
             out += abs(math.log1p(eff)) if eff is not None and eff > -1 else 0.05
     return out
+
+
+def carried_sigma(state: State, se: float, effect: float, arm: int | None) -> float:
+    """The standard deviation of an effect read at an earlier incumbent, as a guess of it here:
+    its own standard error, widened by ``CARRY_SIGMA`` and by the distance the incumbent moved
+    since (``drift_since``), the more so the larger the effect read (interactions scale with
+    the main effects they join: a change that read -50 % before a +47 % move may read anything
+    after it, one that read -2 % before a +4 % move still reads about -2 %)."""
+    drift = drift_since(state, arm)
+    read = abs(math.log1p(effect)) if effect > -1 else 1.0
+    return math.hypot(se, CARRY_SIGMA + (INTERACTION + HEREDITY * read) * drift)
 
 
 def evidence(state: State, name: str) -> tuple[float, str]:
@@ -170,7 +183,7 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
             earlier = [k for k in cmp if k[1] == name and k[2] == vt]
             if earlier:
                 c = cmp[earlier[-1]]
-                mu, sigma = c["effect"], math.hypot(c["se"], CARRY_SIGMA + INTERACTION * drift_since(state, c.get("arm")))
+                mu, sigma = c["effect"], carried_sigma(state, c["se"], c["effect"], c.get("arm"))
                 why = f"{c['verdict']} at an earlier incumbent ({c['effect']:+.1%})"
                 out.append((-expected_gain(mu, sigma, provable(c)) + tie, name, value, why))
                 continue
@@ -188,7 +201,8 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
                 d = (last.end or {}).get("delta")
                 if d is None and last.verdict == Verdict.WORSE:
                     d = -0.3                    # pruned after its first depth, or no objective at all
-                mu, sigma = (d or 0.0), 0.04
+                mu = d or 0.0
+                sigma = carried_sigma(state, 0.04, mu, last.n)
                 why = f"{last.verdict} at an earlier incumbent"
             else:
                 mu, why_e = evidence(state, name)
