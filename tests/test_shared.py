@@ -175,12 +175,13 @@ def test_comparisons_are_blocked_by_box(tmp_path, pg):
 
 
 def test_boxes_work_ahead_of_a_pending_move_and_only_a_leader_is_moved_from(tmp_path, pg, monkeypatch):
-    """Three boxes on seed 002's landscape: while a challenger that reads better waits for its
+    """Three boxes on seed 002's landscape, 64 arms (a night long enough for three moves: at 40 the
+    only arm begun ahead can be of a shape still undecided at the end): while a challenger that reads better waits for its
     blocks, a box that booted it measures its neighbours against it (``ahead``: tuner/night/ahead.py).
     Each such arm is judged against the shape it supposed, never moves the incumbent before that
     shape leads, and its trial is told by the night's end; the report counts them."""
-    path = campaign_file(tmp_path, "ahead", max_arms=40)
-    runs = run_fleet(path, pg.url, {"a": 1.0, "b": 1.01, "c": 0.99}, landscape=DEFAULT_LANDSCAPE, max_arms=40)
+    path = campaign_file(tmp_path, "ahead", max_arms=64)
+    runs = run_fleet(path, pg.url, {"a": 1.0, "b": 1.01, "c": 0.99}, landscape=DEFAULT_LANDSCAPE, max_arms=64)
     assert all(r.error is None for r in runs.values()), {b: r.error for b, r in runs.items()}
     recs = check_consistent(pg.url, "ahead")           # every trial told, one chain of moves
     starts = {r["arm"]: r for r in recs if r["op"] == "arm_start"}
