@@ -3,6 +3,7 @@ the state as if a pending challenger led, the policy run on it, and what a box w
 boot of that challenger is given."""
 from __future__ import annotations
 
+from arms.shape import ABSENT, Lever
 from tests.test_search import BASE, LEVERS
 from tuner.night import search
 from tuner.night.ahead import still_ahead, supposing
@@ -128,6 +129,23 @@ def test_boxes_boot_the_undecided_challenger_of_highest_expected_gain_side_by_si
     assert search._join(st, best, "b", busy) is None, "a reading at or below zero is not joined"
     nt.compare(again, C, 0.03, 4, [(a, True), (again, True)], verdict="undecided", se=0.02)
     assert search._join(nt.state(), best, "b", busy) is None, "4 boots and 1 running reach the boot cap"
+
+
+def test_a_box_joins_the_undecided_challenger_below_a_change_another_box_probes_first(tmp_path):
+    """The change of highest expected gain is one box c probes for the first time now, the next an
+    undecided one box a boots again: box b joins a (an untried change is not two boxes' at once,
+    the undecided one gathers its boots faster side by side)."""
+    levers = {"expert-prefetch": Lever.from_spec("expert-prefetch", ["absent", 1]), C[0]: LEVERS[C[0]]}
+    nt = Night(tmp_path, "abc")
+    a = nt.arm("a", "probe", C, verdict="undecided", obj=26.6)
+    nt.compare(a, C, 0.02, 1, [(a, True)])                         # +2 % ± 1.5 %: below an untried change
+    again = nt.start("a", "probe", C)
+    nt.start("c", "probe", ("expert-prefetch", ABSENT))
+    st = nt.state()
+    ranked = [(x[1], x[2]) for x in candidates(st, levers)]
+    assert ranked == [("expert-prefetch", ABSENT), C], ranked
+    p = propose(st, levers, box="b")
+    assert p.kind == "confirm" and p.change == C and p.why.startswith(f"twin of arm {again} (a)"), p
 
 
 def test_an_arm_begun_ahead_stops_waiting_once_another_move_came_first(tmp_path):

@@ -175,35 +175,44 @@ def test_comparisons_are_blocked_by_box(tmp_path, pg):
 
 
 def test_boxes_work_ahead_of_a_pending_move_and_only_a_leader_is_moved_from(tmp_path, pg, monkeypatch):
-    """Three boxes on seed 002's landscape, 64 arms (a night long enough for three moves: at 40 the
-    only arm begun ahead can be of a shape still undecided at the end): while a challenger that reads better waits for its
-    blocks, a box that booted it measures its neighbours against it (``ahead``: tuner/night/ahead.py).
-    Each such arm is judged against the shape it supposed, never moves the incumbent before that
-    shape leads, and its trial is told by the night's end; the report counts them."""
-    path = campaign_file(tmp_path, "ahead", max_arms=64)
-    runs = run_fleet(path, pg.url, {"a": 1.0, "b": 1.01, "c": 0.99}, landscape=DEFAULT_LANDSCAPE, max_arms=64)
-    assert all(r.error is None for r in runs.values()), {b: r.error for b, r in runs.items()}
-    recs = check_consistent(pg.url, "ahead")           # every trial told, one chain of moves
-    starts = {r["arm"]: r for r in recs if r["op"] == "arm_start"}
-    ahead = [r for r in starts.values() if r.get("ahead") is not None]
-    assert ahead, "no arm was begun ahead of a move"
-    moves = [r for r in recs if r["op"] == "incumbent"]
-    for r in ahead:
-        base = starts[r["ahead"]]
-        assert r["incumbent"] == base["identity"] and base["change"] and r["why"].startswith(f"ahead of arm {r['ahead']}")
-        for c in (x for x in recs if x["op"] == "compare" and x["arm"] == r["arm"]):
-            assert c["incumbent"] == r["incumbent"], (r, c)        # judged against the shape it supposed
-    for i, m in enumerate(moves):         # a move of an arm begun ahead comes after the move of the shape it supposed
-        if starts[m["arm"]].get("ahead") is not None:
-            assert starts[starts[m["arm"]]["ahead"]]["identity"] in {x["identity"] for x in moves[:i]}, m
-    led = {m["identity"] for m in moves}
-    used = [r for r in ahead if r["incumbent"] in led]
-    assert used, "no arm begun ahead was of a shape that then led"
+    """Three boxes on seed 002's landscape, 64 arms: while a challenger that reads better waits for
+    its blocks, a box that booted it measures its neighbours against it (``ahead``:
+    tuner/night/ahead.py). Each such arm is judged against the shape it supposed, never moves the
+    incumbent before that shape leads, and its trial is told by the night's end; the report counts
+    them. Whether a night's arms begun ahead are of a shape that then led is the night's luck (one
+    night's only such arm can be of a challenger still undecided at its end): up to four nights
+    (their names seed their noise) are run until one has such an arm, each checked in full."""
+    monkeypatch.setenv("PGPASSWORD", pg.password)
     from tuner.morning.report import write_report
 
-    monkeypatch.setenv("PGPASSWORD", pg.password)
-    md = write_report(load_campaign(str(path)).folder)
-    assert f"{len(ahead)} arm(s) were begun ahead of a move" in md and f"{len(used)} of them were of a shape that then led" in md
+    used = []
+    for night in range(4):
+        name = f"ahead-{night}"
+        (tmp_path / name).mkdir()
+        path = campaign_file(tmp_path / name, name, max_arms=64)
+        runs = run_fleet(path, pg.url, {"a": 1.0, "b": 1.01, "c": 0.99}, landscape=DEFAULT_LANDSCAPE, max_arms=64)
+        assert all(r.error is None for r in runs.values()), {b: r.error for b, r in runs.items()}
+        recs = check_consistent(pg.url, name)            # every trial told, one chain of moves
+        starts = {r["arm"]: r for r in recs if r["op"] == "arm_start"}
+        ahead = [r for r in starts.values() if r.get("ahead") is not None]
+        assert ahead, f"night {name}: no arm was begun ahead of a move"
+        moves = [r for r in recs if r["op"] == "incumbent"]
+        for r in ahead:
+            base = starts[r["ahead"]]
+            assert r["incumbent"] == base["identity"] and base["change"] and r["why"].startswith(f"ahead of arm {r['ahead']}")
+            for c in (x for x in recs if x["op"] == "compare" and x["arm"] == r["arm"]):
+                assert c["incumbent"] == r["incumbent"], (r, c)        # judged against the shape it supposed
+        for i, m in enumerate(moves):     # a move of an arm begun ahead comes after the move of the shape it supposed
+            if starts[m["arm"]].get("ahead") is not None:
+                assert starts[starts[m["arm"]]["ahead"]]["identity"] in {x["identity"] for x in moves[:i]}, m
+        led = {m["identity"] for m in moves}
+        used = [r for r in ahead if r["incumbent"] in led]
+        md = write_report(load_campaign(str(path)).folder)
+        assert f"{len(ahead)} arm(s) were begun ahead of a move" in md and \
+            f"{len(used)} of them were of a shape that then led" in md, md
+        if used:
+            break
+    assert used, "in four nights no arm begun ahead was of a shape that then led"
 
 
 def test_the_night_rides_out_a_database_restart(tmp_path, pg):

@@ -396,10 +396,11 @@ def _ahead(state: State, levers: dict[str, Lever], box: str, recheck_every: int,
 
 
 def _join(state: State, best: tuple, box: str, busy: set) -> Proposal | None:
-    """On a shared campaign: when the challenger of highest expected gain is an undecided one
-    another box is booting now, this box boots it beside (up to ``JOIN`` boxes at once): a small
-    effect needs several bracketed boots, and boxes booting it side by side gather them in the time
-    one box takes for one (each box's blocks are its own)."""
+    """On a shared campaign: when the challenger of highest expected gain this box can take is an
+    undecided one another box is booting now (one ranked above it that another box probes for the
+    first time is not this box's to take), this box boots it beside (up to ``JOIN`` boxes at once):
+    a small effect needs several bracketed boots, and boxes booting it side by side gather them in
+    the time one box takes for one (each box's blocks are its own)."""
     _, name, value, why = best
     key = (name, values.text(value))
     if key not in busy:
@@ -453,15 +454,13 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
         p = _ahead(state, levers, box, recheck_every, busy) if ahead and AHEAD else None
         if p is not None:
             return p
-    every = candidates(state, levers)
-    if box is not None and confirm and every and JOIN > 1:
-        p = _join(state, every[0], box, busy)
+    joins = box is not None and confirm and JOIN > 1
+    for c in candidates(state, levers):        # best first: the first this box can take
+        if (c[1], values.text(c[2])) not in busy:
+            return Proposal("probe", (c[1], c[2]), why=c[3])
+        p = _join(state, c, box, busy) if joins else None
         if p is not None:
             return p
-    cands = [c for c in every if (c[1], values.text(c[2])) not in busy]
-    if cands:
-        _, name, value, why = cands[0]
-        return Proposal("probe", (name, value), why=why)
     if not spend:
         return None
     r = reexamine(state, levers, REEXAMINE_CAP, busy)
