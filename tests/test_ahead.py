@@ -98,6 +98,35 @@ def test_a_box_that_booted_the_pending_challenger_measures_its_neighbours_ahead(
     assert plain.ahead is None and plain.kind == "probe"
 
 
+def test_a_box_leaves_its_bracket_for_later_while_two_boots_of_the_challenger_have_theirs(tmp_path, monkeypatch):
+    """C read better on a's two boots and on b's twin, every block open. While nothing closes a's
+    blocks, b brackets its own; once a's recheck runs (it closes two boots: what a move rests on), b
+    works ahead of the move on its boot of C. Once a's blocks closed and moved nothing, b closes its
+    own."""
+    nt = Night(tmp_path, "ab")
+    p1 = nt.arm("a", "probe", C, verdict="better", obj=28.6)
+    nt.compare(p1, C, 0.10, 1, [(p1, False)], verdict="better")
+    p2 = nt.arm("a", "confirm", C, verdict="better", obj=28.7)
+    tw = nt.arm("b", "confirm", C, verdict="better", obj=28.7)
+    nt.compare(tw, C, 0.10, 3, [(p1, False), (p2, False), (tw, False)])
+    st = nt.state()
+    assert search.in_hand(st, st.latest_comparisons()[(BASE.key(), C[0], "32")], "b") == 0
+    assert propose(st, LEVERS, box="b").why.startswith(f"bracket arm {tw}")
+    nt.start("a", "recheck")                                         # a closes its two now
+    st = nt.state()
+    assert search.in_hand(st, st.latest_comparisons()[(BASE.key(), C[0], "32")], "b") == 2
+    p = propose(st, LEVERS, box="b")
+    assert p.ahead == tw and p.kind == "probe" and p.why.startswith(f"ahead of arm {tw}"), p
+    monkeypatch.setattr(search, "BRACKET_IN_HAND", False)
+    assert propose(st, LEVERS, box="b").kind == "recheck"
+    monkeypatch.setattr(search, "BRACKET_IN_HAND", True)
+    assert search.in_hand(st, st.latest_comparisons()[(BASE.key(), C[0], "32")], "a") == 0   # not a's own recheck
+    nt.compare(tw, C, 0.10, 3, [(p1, True), (p2, True), (tw, False)])  # a's closed: undecided on them
+    r = next(a for a in nt.state().open_arms)
+    nt.end(r.n, "recheck", 26.0)
+    assert propose(nt.state(), LEVERS, box="b").kind == "recheck", "closed blocks that moved nothing: b closes its own"
+
+
 def test_an_arm_begun_ahead_waits_while_its_base_is_pending_and_not_after(tmp_path):
     nt, _ = pending_night(tmp_path)
     base = BASE.with_change(*C)

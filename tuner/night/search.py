@@ -49,6 +49,7 @@ TWINS = 2                # boxes at once on one challenger (a shared campaign: `
 AHEAD = True             # a shared campaign's boxes work at the likely next incumbent (``_ahead``)
 AHEAD_BOOTS = 2          # ... once it reads better (``promising``) on this many boots (or is called better)
 AHEAD_TWINS = 4          # ... booting it on at most this many boxes at once
+BRACKET_IN_HAND = True   # a box leaves its bracket for later while another box closes two boots of it (``in_hand``)
 JOIN = 4                 # boxes at once on the undecided challenger of highest expected gain (``_join``)
 DECIDE_Z = 3.5           # standard errors a promotion needs, about (the night's looks run at 1e-4 and below)
 PROMISING_Z = 2.0        # an undecided challenger reading this many standard errors better is worth a bracket
@@ -269,7 +270,8 @@ def _pending_bracket(state: State, box: str | None = None) -> Proposal | None:
     already ran after it (and could not close the block: it failed to boot) is not repeated. On a
     shared campaign (``box``) only a boot on the challenger's own box closes its block: the box
     whose boot it was asks; a twin of it running on another box counts toward the two boots (A B A
-    here beside A B A there)."""
+    here beside A B A there), and while another box is closing two of its boots now (``in_hand``)
+    this box works ahead first."""
     inc = state.incumbent.key()
     last_recheck = max((a.n for a in state.finished() if a.kind == "recheck" and a.key == inc
                         and (box is None or a.box == box)), default=-1)
@@ -281,10 +283,34 @@ def _pending_bracket(state: State, box: str | None = None) -> Proposal | None:
                 twins[k] = twins.get(k, 0) + 1
     for (k, name, vt), c in state.latest_comparisons().items():
         if k == inc and c.get("open") and promising(c) and (c.get("boots") or [0])[0] + twins.get((name, vt), 0) >= 2 \
-                and (c.get("arm") or -1) > last_recheck and (box is None or _opens_on(state, c, box)):
+                and (c.get("arm") or -1) > last_recheck and (box is None or _opens_on(state, c, box)) \
+                and (box is None or not BRACKET_IN_HAND or in_hand(state, c, box) < 2):
             return Proposal("recheck", why=f"bracket arm {c.get('arm')}: it reads better, but {c['open']} of its "
                                            "boots have no incumbent boot after them yet")
     return None
+
+
+def in_hand(state: State, c: dict, box: str) -> int:
+    """Boots of comparison ``c``'s challenger whose blocks another box is closing now (an incumbent
+    boot running there, begun after the boot), plus those closed already; 0 when no other box is
+    closing any. Two of them are what a move rests on (``verdict.promotes``; the loop judges the
+    closed blocks alone), so on a shared campaign a box whose own boot of the challenger is still
+    open leaves its bracket for later and works ahead of the move instead (``_ahead``): its boot of
+    the challenger is its own boot of the incumbent-to-be. If the move does not come when that
+    bracket ends, the open block is again this box's to close. Closed blocks alone never count: a
+    challenger still open after them needs more than they showed."""
+    closing = {}
+    for a in state.open_arms:
+        if a.kind == "recheck" and a.key == state.incumbent_key and a.box != box:
+            closing[a.box] = min(closing.get(a.box, a.n), a.n)
+    now = closed = 0
+    for b in c.get("blocks") or []:
+        a = state.arms.get(b.get("boot"))
+        if b.get("closed"):
+            closed += 1
+        elif a is not None and a.box in closing and closing[a.box] > a.n:
+            now += 1
+    return now + closed if now else 0
 
 
 def _opens_on(state: State, c: dict, box: str) -> bool:
