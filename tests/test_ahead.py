@@ -127,6 +127,30 @@ def test_a_box_leaves_its_bracket_for_later_while_two_boots_of_the_challenger_ha
     assert propose(nt.state(), LEVERS, box="b").kind == "recheck", "closed blocks that moved nothing: b closes its own"
 
 
+def test_a_box_boots_the_likelier_next_incumbent_before_confirming_a_challenger_it_outruns(tmp_path, monkeypatch):
+    """C reads +10 % on a's two boots (its blocks open: a pending move); b's probe of another
+    change reads better by less on one boot. b boots C (its own boot of the incumbent-to-be), not
+    the second boot of its own, which the move would make to be judged again; a reading above C's
+    is confirmed; one box alone confirms as before."""
+    other = ("max-num-seqs", 3)
+    nt = Night(tmp_path, "ab")
+    p1 = nt.arm("a", "probe", C, verdict="better", obj=28.6)
+    nt.compare(p1, C, 0.10, 1, [(p1, False)], verdict="better")
+    p2 = nt.arm("a", "confirm", C, verdict="better", obj=28.7)
+    nt.compare(p2, C, 0.10, 2, [(p1, False), (p2, False)], verdict="better")
+    q = nt.arm("b", "probe", other, verdict="better", obj=27.4)
+    nt.compare(q, other, 0.05, 1, [(q, False)], verdict="better")
+    st = nt.state()
+    p = propose(st, LEVERS, box="b")
+    assert p.kind == "confirm" and p.change == C and p.why.startswith(f"twin of arm {p1}"), p
+    assert propose(st, LEVERS).why == f"confirm arm {q}: a second boot"          # one box: as before
+    monkeypatch.setattr(search, "OUTRUN", False)
+    assert propose(st, LEVERS, box="b").why == f"confirm arm {q}: a second boot"
+    monkeypatch.setattr(search, "OUTRUN", True)
+    nt.compare(q, other, 0.15, 1, [(q, False)], verdict="better")
+    assert propose(nt.state(), LEVERS, box="b").why == f"confirm arm {q}: a second boot"
+
+
 def test_an_arm_begun_ahead_waits_while_its_base_is_pending_and_not_after(tmp_path):
     nt, _ = pending_night(tmp_path)
     base = BASE.with_change(*C)

@@ -23,7 +23,9 @@ incumbent meets the starting shape head to head, then the undecided ones get mor
 when all of that is done (or no boot can change anything) does the search end.
 On a shared campaign (``box``) each box boots the incumbent itself before its challengers, and a
 challenger that already reads better while another box has it in hand gets a *twin* on this
-box (``_twin``): the boxes' blocks run side by side.
+box (``_twin``): the boxes' blocks run side by side. While another box closes two boots of a likely
+next incumbent, a box works ahead of that move (``_ahead``) before it closes its own block of it
+(``in_hand``) or confirms a challenger that reads better by less (``_outrun``).
 Joint mode (for comparison) lets Optuna's sampler pick whole shapes.
 """
 from __future__ import annotations
@@ -50,6 +52,7 @@ AHEAD = True             # a shared campaign's boxes work at the likely next inc
 AHEAD_BOOTS = 2          # ... once it reads better (``promising``) on this many boots (or is called better)
 AHEAD_TWINS = 4          # ... booting it on at most this many boxes at once
 BRACKET_IN_HAND = True   # a box leaves its bracket for later while another box closes two boots of it (``in_hand``)
+OUTRUN = True            # a box does not confirm a challenger a likelier next incumbent outruns (``_outrun``)
 JOIN = 4                 # boxes at once on the undecided challenger of highest expected gain (``_join``)
 DECIDE_Z = 3.5           # standard errors a promotion needs, about (the night's looks run at 1e-4 and below)
 PROMISING_Z = 2.0        # an undecided challenger reading this many standard errors better is worth a bracket
@@ -245,6 +248,18 @@ def _pending_confirm(state: State, done) -> Proposal | None:
                 return Proposal("confirm", a.change, why=f"confirm arm {a.n}: a second boot")
         break
     return None
+
+
+def _outrun(state: State, p: Proposal) -> bool:
+    """On a shared campaign: whether the challenger ``p`` would confirm is outrun by a likely next
+    incumbent (``pending_moves``) that reads better by more: once that move comes, this challenger
+    is judged again at the new incumbent (its reading carried), so this box's next boot is worth
+    more as its own boot of the incumbent-to-be and what follows it (``_twin``, ``_ahead``)."""
+    key = (p.change[0], values.text(p.change[1]))
+    c = state.comparison_at(state.incumbent_key, *key)
+    mine = c["effect"] if c is not None and c.get("effect") is not None else None
+    return mine is not None and any((arm.change[0], values.text(arm.change[1])) != key and m["effect"] >= mine
+                                    for m, arm in pending_moves(state))
 
 
 def promising(c: dict) -> bool:
@@ -466,7 +481,8 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
         return Proposal("recheck", why="re-measure the starting shape at once: the first noise estimate")
     if confirm:
         p = _pending_confirm(state, done)
-        if p is not None and (p.change[0], values.text(p.change[1])) not in busy:
+        if p is not None and (p.change[0], values.text(p.change[1])) not in busy \
+                and not (box is not None and OUTRUN and _outrun(state, p)):
             return p
     p = _pending_bracket(state, box)
     if p is not None:
