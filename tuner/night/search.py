@@ -298,8 +298,8 @@ def _pending_bracket(state: State, box: str | None = None) -> Proposal | None:
                 twins[k] = twins.get(k, 0) + 1
     for (k, name, vt), c in state.latest_comparisons().items():
         if k == inc and c.get("open") and promising(c) and (c.get("boots") or [0])[0] + twins.get((name, vt), 0) >= 2 \
-                and (c.get("arm") or -1) > last_recheck and (box is None or _opens_on(state, c, box)) \
-                and (box is None or not BRACKET_IN_HAND or in_hand(state, c, box) < 2):
+                and (c.get("arm") or -1) > last_recheck \
+                and (box is None or _opens_on(state, c, box) and not (BRACKET_IN_HAND and in_hand(state, c, box) >= 2)):
             return Proposal("recheck", why=f"bracket arm {c.get('arm')}: it reads better, but {c['open']} of its "
                                            "boots have no incumbent boot after them yet")
     return None
