@@ -1,15 +1,18 @@
-"""Working ahead of a move on a shared campaign (tuner/night/ahead.py, search._ahead, search._join):
+"""Working ahead of a move on a shared campaign (tuner/night/ahead.py, tuner/night/sharing.py):
 the state as if a pending challenger led, the policy run on it, and what a box with and without a
 boot of that challenger is given."""
 from __future__ import annotations
 
 from arms.shape import ABSENT, Lever
 from tests.test_search import BASE, LEVERS
-from tuner.night import search
+from tuner.night import sharing
 from tuner.night.ahead import still_ahead, supposing
 from tuner.night.journal import Journal
 from tuner.night.judging import Judging
-from tuner.night.search import apply, candidates, encode_value, pending_moves, promising, propose
+from tuner.night.gain import promising
+from tuner.night.proposal import apply
+from tuner.night.search import candidates, encode_value, propose
+from tuner.night.sharing import pending_moves
 from tuner.night.state import replay
 
 C = ("env.R4D_LRU_GATHER_CHUNKS", 32)
@@ -93,7 +96,7 @@ def test_a_box_that_booted_the_pending_challenger_measures_its_neighbours_ahead(
     assert propose(st, LEVERS, box="b").kind == "recheck"
     pc = propose(st, LEVERS, box="c")
     assert pc.kind == "confirm" and pc.change == C and pc.ahead is None and pc.why.startswith("twin of arm 6")
-    monkeypatch.setattr(search, "AHEAD", False)
+    monkeypatch.setattr(sharing, "AHEAD", False)
     plain = propose(st, LEVERS, box="a")
     assert plain.ahead is None and plain.kind == "probe"
 
@@ -110,17 +113,17 @@ def test_a_box_leaves_its_bracket_for_later_while_two_boots_of_the_challenger_ha
     tw = nt.arm("b", "confirm", C, verdict="better", obj=28.7)
     nt.compare(tw, C, 0.10, 3, [(p1, False), (p2, False), (tw, False)])
     st = nt.state()
-    assert search.in_hand(st, st.latest_comparisons()[(BASE.key(), C[0], "32")], "b") == 0
+    assert sharing.in_hand(st, st.latest_comparisons()[(BASE.key(), C[0], "32")], "b") == 0
     assert propose(st, LEVERS, box="b").why.startswith(f"bracket arm {tw}")
     nt.start("a", "recheck")                                         # a closes its two now
     st = nt.state()
-    assert search.in_hand(st, st.latest_comparisons()[(BASE.key(), C[0], "32")], "b") == 2
+    assert sharing.in_hand(st, st.latest_comparisons()[(BASE.key(), C[0], "32")], "b") == 2
     p = propose(st, LEVERS, box="b")
     assert p.ahead == tw and p.kind == "probe" and p.why.startswith(f"ahead of arm {tw}"), p
-    monkeypatch.setattr(search, "BRACKET_IN_HAND", False)
+    monkeypatch.setattr(sharing, "BRACKET_IN_HAND", False)
     assert propose(st, LEVERS, box="b").kind == "recheck"
-    monkeypatch.setattr(search, "BRACKET_IN_HAND", True)
-    assert search.in_hand(st, st.latest_comparisons()[(BASE.key(), C[0], "32")], "a") == 0   # not a's own recheck
+    monkeypatch.setattr(sharing, "BRACKET_IN_HAND", True)
+    assert sharing.in_hand(st, st.latest_comparisons()[(BASE.key(), C[0], "32")], "a") == 0   # not a's own recheck
     nt.compare(tw, C, 0.10, 3, [(p1, True), (p2, True), (tw, False)])  # a's closed: undecided on them
     r = next(a for a in nt.state().open_arms)
     nt.end(r.n, "recheck", 26.0)
@@ -144,9 +147,9 @@ def test_a_box_boots_the_likelier_next_incumbent_before_confirming_a_challenger_
     p = propose(st, LEVERS, box="b")
     assert p.kind == "confirm" and p.change == C and p.why.startswith(f"twin of arm {p1}"), p
     assert propose(st, LEVERS).why == f"confirm arm {q}: a second boot"          # one box: as before
-    monkeypatch.setattr(search, "OUTRUN", False)
+    monkeypatch.setattr(sharing, "OUTRUN", False)
     assert propose(st, LEVERS, box="b").why == f"confirm arm {q}: a second boot"
-    monkeypatch.setattr(search, "OUTRUN", True)
+    monkeypatch.setattr(sharing, "OUTRUN", True)
     nt.compare(q, other, 0.15, 1, [(q, False)], verdict="better")
     assert propose(nt.state(), LEVERS, box="b").why == f"confirm arm {q}: a second boot"
 
@@ -174,14 +177,14 @@ def test_boxes_boot_the_undecided_challenger_of_highest_expected_gain_side_by_si
     p = propose(st, LEVERS, box="b")
     assert p.kind == "confirm" and p.change == C and p.why.startswith(f"twin of arm {again} (a)"), p
     busy = {(C[0], "32")}
-    assert search._join(st, best, "a", busy) is None                 # never beside itself
+    assert sharing.join(st, best, "a", busy) is None                 # never beside itself
     nt.end(again, "undecided", 27.1)
     nt.compare(again, C, -0.01, 2, [(a, True), (again, True)], verdict="undecided", se=0.02)
     nt.start("a", "probe", C)
     st = nt.state()
-    assert search._join(st, best, "b", busy) is None, "a reading at or below zero is not joined"
+    assert sharing.join(st, best, "b", busy) is None, "a reading at or below zero is not joined"
     nt.compare(again, C, 0.03, 4, [(a, True), (again, True)], verdict="undecided", se=0.02)
-    assert search._join(nt.state(), best, "b", busy) is None, "4 boots and 1 running reach the boot cap"
+    assert sharing.join(nt.state(), best, "b", busy) is None, "4 boots and 1 running reach the boot cap"
 
 
 def test_a_box_joins_the_undecided_challenger_below_a_change_another_box_probes_first(tmp_path):

@@ -7,7 +7,8 @@ import pytest
 
 from arms.shape import ABSENT, Lever, Shape
 from tuner.night.journal import Journal
-from tuner.night.search import BOOTS_CAP, DECIDE_Z, candidates, encode_value, propose
+from tuner.night.gain import BOOTS_CAP, DECIDE_Z
+from tuner.night.search import candidates, encode_value, propose
 from tuner.night.state import replay
 
 IMG = "localhost/x@sha256:" + "b" * 64
@@ -176,7 +177,7 @@ def test_a_change_too_noisy_to_ever_decide_waits_behind_every_other_candidate():
     Its effect is the most uncertain, so plain expected gain would try it first at every new
     incumbent; but at its boot cap it could only show an effect above ~+27 %, so it is worth
     less than an untried change and a change that read +1.5 % ± 1 %."""
-    from tuner.night.search import expected_gain, provable
+    from tuner.night.gain import expected_gain, provable
 
     noisy = {"effect": 0.02, "se": 0.10, "boots": [3, 2], "hi": 0.2}
     quiet = {"effect": 0.015, "se": 0.01, "boots": [3, 2], "hi": 0.03}
@@ -259,7 +260,7 @@ def test_a_large_reading_carried_across_a_large_move_is_read_again_before_an_unt
     at the first incumbent, then a +47 % move on a lever it works with; what it reads now is anyone's
     guess, so it is probed again before the untried changes. A -2 % reading carried across a +4 %
     move stays -2 % ± a little, and waits behind the untried."""
-    from tuner.night.search import carried_sigma
+    from tuner.night.gain import carried_sigma
 
     big = _after_a_move(tmp_path / "big", -0.5, 0.47)
     first = candidates(big.state(), LEVERS)[0]

@@ -92,10 +92,10 @@ def test_three_simulated_boxes_share_one_campaign(tmp_path, pg, monkeypatch):
     for box in "abc":
         mine = [r for r in starts if r["box"] == box]
         assert [r["kind"] for r in mine[:2]] in (["baseline", "recheck"], ["recheck", "recheck"]), mine[:2]
-    # at one incumbent, a challenger runs on two boxes at once only as a declared twin (search._twin:
+    # at one incumbent, a challenger runs on two boxes at once only as a declared twin (sharing.twin:
     # a second box's boot of a challenger that already reads better), never twice on one box, and
     # never on more than TWINS boxes at once
-    from tuner.night.search import AHEAD_TWINS, JOIN, TWINS
+    from tuner.night.sharing import AHEAD_TWINS, JOIN, TWINS
 
     spans = {r["arm"]: [r["seq"], None] for r in starts}
     for r in recs:

@@ -1,7 +1,7 @@
 """Ahead of a move: on a shared campaign, a box works at the incumbent-to-be.
 
 A challenger at the incumbent that reads better but still waits for incumbent boots around its own
-(an open block, tuner/night/blocks.py: ``search.promising`` and ``open``) is most likely the next
+(an open block, tuner/night/blocks.py: ``gain.promising`` and ``open``) is most likely the next
 incumbent. While its blocks close, a box that has booted that challenger itself already holds a
 boot of the incumbent-to-be on its own hardware, so it can measure the neighbours of that shape
 against it: the same blocked comparisons the move would otherwise start from nothing, one chain

@@ -321,7 +321,7 @@ def compare_blocked(challenger: list[Boot], incumbent: list[Boot], *, spread: Sp
         parts.append((extrap_var, max(1, drift.boots - drift.shapes - 1)))
     parts = [(v, dof) for v, dof in parts if v > 0]
     var = sum(v for v, _ in parts)
-    # the search reads the standard error at the estimate (tuner/night/search.promising)
+    # the search reads the standard error at the estimate (tuner/night/gain.promising)
     se_estimate = math.sqrt(max(0.0, var - cc * (spread.upper - spread.var))) if bounded else None
     df = _welch_df([(v, max(dof, 1)) for v, dof in parts])
     se = math.sqrt(var)

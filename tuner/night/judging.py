@@ -13,7 +13,9 @@ from arms.lifecycle import crashpoint
 from tuner.night.ahead import still_ahead
 from tuner.night.blocks import Boot, boot_spread, compare_blocked, drift_of
 from tuner.night.compare import look_alpha
-from tuner.night.search import Proposal, pending_moves, promising
+from tuner.night.gain import promising
+from tuner.night.proposal import Proposal
+from tuner.night.sharing import pending_moves
 from tuner.night.state import State
 from tuner.night.verdict import promotes
 
@@ -27,7 +29,7 @@ class Judging:
 
     @staticmethod
     def _awaits_bracket(st: State, a) -> bool:
-        """Arm ``a``'s latest comparison reads better (``search.promising``) but waits for incumbent
+        """Arm ``a``'s latest comparison reads better (``gain.promising``) but waits for incumbent
         boots around its boots (tuner/night/blocks.py): its trial stays RUNNING until ``_bracket`` decides it, so the
         study's value is the one the move (or its absence) gives."""
         if a.end is None or not a.change or a.incumbent != st.incumbent_key and not still_ahead(st, a, promising):
@@ -78,7 +80,7 @@ class Judging:
 
     def _closed_move(self, st: State, arm, cmp: dict | None, extra: dict | None = None) -> dict | None:
         """The comparison that moves the incumbent to ``arm``'s shape when its own (``cmp``) says
-        better but waits for a bracket on another box only (a shared campaign, ``search._twin``):
+        better but waits for a bracket on another box only (a shared campaign, ``sharing.twin``):
         the test on its closed blocks alone, journaled (``kind: closed``) when it promotes, else
         None. Both tests must say better; the open boots are left out for when they ran."""
         if cmp is None or cmp.get("verdict") != "better" or not cmp.get("open") or getattr(self, "box", None) is None:
@@ -117,7 +119,7 @@ class Judging:
                 return st
 
     def _bracket(self, st: State, n: int | None) -> State:
-        """Re-judge the challengers at this incumbent whose better reading (``search.promising``)
+        """Re-judge the challengers at this incumbent whose better reading (``gain.promising``)
         waited for incumbent boots around theirs (an open block, tuner/night/blocks.py): once a later incumbent boot closes one,
         the comparison is journaled again (``kind: bracketed``, ``closed_by`` the arm that did) and
         promotes when it still says better. Idempotent: resume calls it too."""

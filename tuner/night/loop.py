@@ -26,7 +26,8 @@ from tuner.night.guard import Guard
 from tuner.night.journal import Journal
 from tuner.night.judging import Judging
 from tuner.night.opening import Opening, campaign_hash
-from tuner.night.search import Proposal, apply, propose
+from tuner.night.proposal import Proposal, apply
+from tuner.night.search import propose
 from tuner.night.state import Replay, State
 from tuner.night.study import followed, open_study
 from tuner.night.verdict import Score, needs_comparison, promotes, settle

@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 
 from arms import values
 from arms.verdict import untrusted
-from tuner.night.search import Proposal
+from tuner.night.proposal import Proposal
 
 
 class OneChangeSampler(BaseSampler):

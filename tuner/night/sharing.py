@@ -1,0 +1,225 @@
+"""Several boxes, one campaign (tuner/night/shared.py): which arm a box takes while other boxes
+run theirs. Pure policy over the replayed state, as the search's own (tuner/night/search.py) is,
+which asks it:
+  - what other boxes run now is never given again (``in_flight``);
+  - a challenger that reads better while another box has it in hand gets a *twin* on this box
+    (``twin``): the boxes' blocks run side by side;
+  - while another box closes two boots of a likely next incumbent (``pending_moves``), a box works
+    ahead of that move (``ahead``, tuner/night/ahead.py) before it closes its own block of it
+    (``in_hand``, ``brackets_here``) or confirms a challenger that reads better by less
+    (``outruns``);
+  - boxes boot the undecided challenger of highest expected gain side by side (``join``).
+Each of these is one constant below, on by default; a campaign of one box never reaches them.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from arms import values
+from arms.verdict import Verdict
+from tuner.night.ahead import supposing
+from tuner.night.gain import BOOTS_CAP, promising
+from tuner.night.proposal import Proposal
+from tuner.night.state import State
+
+TWINS = 2                # boxes at once on one challenger (``twin``)
+AHEAD = True             # boxes work at the likely next incumbent (``ahead``)
+AHEAD_BOOTS = 2          # ... once it reads better (``promising``) on this many boots (or is called better)
+AHEAD_TWINS = 4          # ... booting it on at most this many boxes at once
+BRACKET_IN_HAND = True   # a box leaves its bracket for later while another box closes two boots of it (``in_hand``)
+OUTRUN = True            # a box does not confirm a challenger a likelier next incumbent outruns (``outruns``)
+JOIN = 4                 # boxes at once on the undecided challenger of highest expected gain (``join``)
+
+
+def brackets_here(state: State, c: dict, box: str) -> bool:
+    """Whether ``box`` is the one to close comparison ``c``'s open blocks now: one of them is a boot
+    of its own (only a boot on the challenger's own box closes its block), and no other box is
+    closing two of its boots now (``in_hand``: this box works ahead first)."""
+    return opens_on(state, c, box) and not (BRACKET_IN_HAND and in_hand(state, c, box) >= 2)
+
+
+def twins_running(state: State, box: str) -> dict[tuple[str, str], int]:
+    """(lever, value text) -> boots of that challenger at the incumbent running now on other boxes
+    than ``box``: each will have its own block beside this box's (A B A there beside A B A here)."""
+    inc = state.incumbent_key
+    out: dict[tuple[str, str], int] = {}
+    for a in state.open_arms:
+        if a.change and a.incumbent == inc and a.box != box and a.kind in ("probe", "confirm"):
+            k = (a.change[0], values.text(a.change[1]))
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+def in_flight(state: State, box: str | None) -> set[tuple[str, str]]:
+    """(lever, value text) of the challengers other boxes are running now at this incumbent: a
+    shared campaign never gives the same arm to two boxes."""
+    inc = state.incumbent_key
+    return {(a.change[0], values.text(a.change[1])) for a in state.open_arms
+            if a.change and a.box != box and a.incumbent == inc}
+
+
+def running_of(state: State, arm) -> int:
+    """Boots of ``arm``'s shape running now, any box."""
+    return sum(1 for a in state.open_arms if a.key == arm.key)
+
+
+def in_hand(state: State, c: dict, box: str) -> int:
+    """Boots of comparison ``c``'s challenger whose blocks another box is closing now (an incumbent
+    boot running there, begun after the boot), plus those closed already; 0 when no other box is
+    closing any. Two of them are what a move rests on (``verdict.promotes``; the loop judges the
+    closed blocks alone), so on a shared campaign a box whose own boot of the challenger is still
+    open leaves its bracket for later and works ahead of the move instead (``ahead``): its boot of
+    the challenger is its own boot of the incumbent-to-be. If the move does not come when that
+    bracket ends, the open block is again this box's to close. Closed blocks alone never count: a
+    challenger still open after them needs more than they showed."""
+    closing = {}
+    for a in state.open_arms:
+        if a.kind == "recheck" and a.key == state.incumbent_key and a.box != box:
+            closing[a.box] = min(closing.get(a.box, a.n), a.n)
+    now = closed = 0
+    for b in c.get("blocks") or []:
+        a = state.arms.get(b.get("boot"))
+        if b.get("closed"):
+            closed += 1
+        elif a is not None and a.box in closing and closing[a.box] > a.n:
+            now += 1
+    return now + closed if now else 0
+
+
+def opens_on(state: State, c: dict, box: str) -> bool:
+    """Whether one of comparison ``c``'s open blocks is a boot of ``box``."""
+    for b in c.get("blocks") or []:
+        a = state.arms.get(b.get("boot"))
+        if not b.get("closed") and a is not None and a.box == box:
+            return True
+    return False
+
+
+def outruns(state: State, p: Proposal) -> bool:
+    """On a shared campaign: whether the challenger ``p`` would confirm is outrun by a likely next
+    incumbent (``pending_moves``) that reads better by more: once that move comes, this challenger
+    is judged again at the new incumbent (its reading carried), so this box's next boot is worth
+    more as its own boot of the incumbent-to-be and what follows it (``twin``, ``ahead``). Off
+    with ``OUTRUN``."""
+    if not OUTRUN:
+        return False
+    key = (p.change[0], values.text(p.change[1]))
+    c = state.comparison_at(state.incumbent_key, *key)
+    mine = c["effect"] if c is not None and c.get("effect") is not None else None
+    return mine is not None and any((arm.change[0], values.text(arm.change[1])) != key and m["effect"] >= mine
+                                    for m, arm in pending_moves(state))
+
+
+def twin(state: State, box: str, busy: set) -> Proposal | None:
+    """On a shared campaign: this box's boot of a challenger another box has in hand at this
+    incumbent, when the evidence already says better (called ``better`` or ``promising`` here, or
+    ``better`` at an earlier incumbent: effects mostly carry) and this box has no boot of it here
+    yet: one running on another box now, or one whose better reading waits only for its bracket.
+    Such a challenger needs two boots or more, each bracketed on its own box, before it can move
+    anything (``verdict.promotes``); run side by side, the boxes' A B A blocks take the time of
+    one box's A B B A, and a twin still open when the first box's blocks close does not hold the
+    move up (the loop judges the closed blocks alone, ``Judging._closed_move``). If the move
+    comes, this box's boot of it is its own boot of the new incumbent, so it starts on the next
+    challenger at once. At most ``TWINS`` boxes at once on one challenger; the test is the same."""
+    inc = state.incumbent_key
+    cmp = state.latest_comparisons()
+    mine = {(a.change[0], values.text(a.change[1])) for a in state.arms.values()
+            if a.change and a.incumbent == inc and a.box == box}
+    running: dict[tuple[str, str], int] = {}
+    for a in state.open_arms:
+        if a.change and a.incumbent == inc and a.kind in ("probe", "confirm"):
+            k = (a.change[0], values.text(a.change[1]))
+            running[k] = running.get(k, 0) + 1
+    held: dict[tuple[str, str], object] = {}
+    for a in state.arms.values():
+        if a.change and a.incumbent == inc and a.kind in ("probe", "confirm") and a.box != box:
+            held.setdefault((a.change[0], values.text(a.change[1])), a)
+    best = None
+    for key, a in held.items():
+        if key in mine or running.get(key, 0) >= TWINS:
+            continue
+        c = cmp.get((inc, key[0], key[1]))
+        if c is not None:
+            if not promising(c) or (key not in running and not c.get("open")):
+                continue
+            why, worth = f"{c['verdict']} {c['effect']:+.1%} after {c['boots'][0]} boot(s) here", c["effect"]
+        else:
+            earlier = [c for k, c in cmp.items() if k[1] == key[0] and k[2] == key[1]]
+            if key not in running or not earlier or earlier[-1].get("verdict") != Verdict.BETTER:
+                continue
+            why, worth = f"better at an earlier incumbent ({earlier[-1]['effect']:+.1%})", earlier[-1]["effect"]
+        if best is None or worth > best[0]:
+            best = (worth, a, why)
+    if best is None:
+        return None
+    _, a, why = best
+    return Proposal("confirm", a.change, why=f"twin of arm {a.n} ({a.box}): {why}; this box's blocks beside it")
+
+
+def pending_moves(state: State) -> list[tuple[dict, object]]:
+    """(comparison, arm) of the challengers at the incumbent that read better (``promising``) on
+    two boots or more, or are called better, and wait only for incumbent boots around theirs (an
+    open block): the likely next incumbents, best reading first."""
+    inc = state.incumbent_key
+    out = []
+    for (k, name, vt), c in state.latest_comparisons().items():
+        if k != inc or not c.get("open") or not promising(c):
+            continue
+        if c.get("verdict") != Verdict.BETTER and (c.get("boots") or [0])[0] < AHEAD_BOOTS:
+            continue
+        arm = state.arms.get(c.get("arm"))
+        if arm is not None and arm.change is not None and arm.incumbent == inc and arm.end is not None:
+            out.append((c, arm))
+    out.sort(key=lambda x: -x[0]["effect"])
+    return out
+
+
+def ahead(state: State, box: str, policy: Callable[[State], Proposal | None]) -> Proposal | None:
+    """On a shared campaign: this box's next arm at the incumbent-to-be (tuner/night/ahead.py).
+    For the likeliest pending move (``pending_moves``): a box with no boot of that shape yet boots
+    it (a twin: more evidence for the move, and this box's own boot of the incumbent-to-be); a box
+    with one measures the next neighbour there, by ``policy`` (the search's, as at the incumbent,
+    never itself working ahead). Off with ``AHEAD``."""
+    if not AHEAD or not any(a.box != box for a in state.arms.values()):
+        return None                             # one box: its next arm is the bracket itself, nothing to overlap
+    for c, arm in pending_moves(state):
+        if state.boots_of(arm.key, box) < 1:
+            tried = any(a.box == box and a.key == arm.key and a.incumbent == state.incumbent_key
+                        for a in state.arms.values())       # one that failed to boot here: not again
+            running = running_of(state, arm)
+            if tried or running >= AHEAD_TWINS or c["boots"][0] + running >= BOOTS_CAP:
+                continue
+            return Proposal("confirm", arm.change, why=f"twin of arm {arm.n} ({arm.box}): ahead — {c['verdict']} "
+                                                       f"{c['effect']:+.1%} after {c['boots'][0]} boot(s) waits for "
+                                                       "its blocks; this box's boot of the likely next incumbent")
+        view = supposing(state, arm.n)
+        p = policy(view)
+        if p is not None and p.kind in ("probe", "confirm", "recheck"):
+            return replace(p, ahead=arm.n, why=f"ahead of arm {arm.n} ({arm.change[0]} -> "
+                                               f"{values.text(arm.change[1])}): {p.why}")
+    return None
+
+
+def join(state: State, best: tuple, box: str, busy: set) -> Proposal | None:
+    """On a shared campaign: when the challenger of highest expected gain this box can take is an
+    undecided one another box is booting now (one ranked above it that another box probes for the
+    first time is not this box's to take), this box boots it beside (up to ``JOIN`` boxes at once):
+    a small effect needs several bracketed boots, and boxes booting it side by side gather them in
+    the time one box takes for one (each box's blocks are its own)."""
+    _, name, value, why = best
+    key = (name, values.text(value))
+    if JOIN <= 1 or key not in busy:
+        return None
+    c = state.comparison_at(state.incumbent_key, *key)
+    if c is None or c.get("verdict") != Verdict.UNDECIDED or (c.get("effect") or 0) <= 0:
+        return None
+    running = [a for a in state.open_arms if a.change and a.incumbent == state.incumbent_key
+               and (a.change[0], values.text(a.change[1])) == key]
+    if not running or len(running) >= JOIN or any(a.box == box for a in running) \
+            or c["boots"][0] + len(running) >= BOOTS_CAP:
+        return None
+    a = running[0]
+    return Proposal("confirm", (name, value), why=f"twin of arm {a.n} ({a.box}): the best expected gain, {why}; "
+                                                  "this box's blocks beside it")
+
