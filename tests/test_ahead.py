@@ -23,10 +23,10 @@ MEASURED = {"outcome": "measured", "depths": {}}
 class Night:
     """A shared campaign's journal written by hand: arms of named boxes, some still running."""
 
-    def __init__(self, tmp_path, boxes: str):
+    def __init__(self, tmp_path, boxes: str, start=("baseline", "recheck")):
         self.j = Journal(tmp_path / "j.jsonl")
         self.n = 0
-        for kind, obj in (("baseline", 26.0), ("recheck", 26.1)):     # each box's own pair of the start
+        for kind, obj in zip(start, (26.0, 26.1)):                      # each box's own pair of the start
             for box in boxes:
                 self.arm(box, kind, verdict=kind, obj=obj)
 
@@ -254,3 +254,37 @@ def test_a_win_decided_ahead_moves_the_incumbent_once_its_base_leads(tmp_path):
     nt.compare(6, C, 0.10, 3, [(6, True), (7, True)], verdict="better")
     st = Promoter(nt)._settled_wins(nt.state())
     assert [m["arm"] for m in st.moves] == [6, d] and st.incumbent == base.with_change("max-num-seqs", 2)
+
+
+def test_a_box_boots_its_first_challenger_before_its_second_boot_of_the_start(tmp_path, monkeypatch):
+    """On a shared campaign a box's second boot of the start follows its first challenger and
+    closes that challenger's block (A B A); a first challenger read better on its one boot, its
+    block closed, gets its second boot from a box with none of it yet. One box measures the start
+    twice first, as before; with the flag off every box does."""
+    nt = Night(tmp_path, "abc", start=("baseline",))
+    st = nt.state()
+    first = propose(st, LEVERS, box="a")
+    assert first.kind == "probe", first
+    (tmp_path / "solo").mkdir()
+    solo = Night(tmp_path / "solo", "a", start=("baseline",))
+    assert propose(solo.state(), LEVERS, box="a").why.startswith("re-measure the starting shape at once")
+    assert propose(solo.state(), LEVERS).why.startswith("re-measure the starting shape at once")
+    monkeypatch.setattr(sharing, "PROBE_FIRST", False)
+    assert propose(st, LEVERS, box="a").why.startswith("re-measure the starting shape at once")
+    monkeypatch.setattr(sharing, "PROBE_FIRST", True)
+
+    p = nt.arm("a", "probe", C, verdict="better", obj=28.6)
+    nt.compare(p, C, 0.10, 1, [(p, False)], verdict="better")
+    assert propose(nt.state(), LEVERS, box="a").why.startswith("re-measure the starting shape at once")
+    nt.arm("a", "recheck", verdict="recheck", obj=26.0)
+    nt.compare(p, C, 0.10, 1, [(p, True)], verdict="better")           # its block closed: A B A on a
+    x = nt.arm("b", "probe", ("max-num-seqs", 2), verdict="worse", obj=20.0)
+    nt.arm("b", "recheck", verdict="recheck", obj=26.1)
+    nt.arm("c", "recheck", verdict="recheck", obj=26.1)                 # c measured the start twice
+    st = nt.state()
+    assert st.finished()[-1].n > x
+    tw = propose(st, LEVERS, box="c")
+    assert tw.kind == "confirm" and tw.change == C and tw.why.startswith(f"twin of arm {p} (a)"), tw
+    assert propose(st, LEVERS, box="a").change != C                     # a has its boot of it
+    monkeypatch.setattr(sharing, "PROBE_FIRST", False)
+    assert propose(st, LEVERS, box="c").change != C, "without the flag a closed single boot waits"

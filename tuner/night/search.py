@@ -221,7 +221,8 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
         return Proposal("baseline", why="measure the starting shape" + (" on this box" if box else ""))
     if box is not None and state.incumbent_boots(box) < 1:
         return Proposal("recheck", why="this box's own boot of the incumbent: its comparisons are blocked by box")
-    if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, Verdict.INTERRUPTED) for a in mine):
+    if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, Verdict.INTERRUPTED) for a in mine) \
+            and not (box is not None and sharing.probe_first(state, box, mine)):
         return Proposal("recheck", why="re-measure the starting shape at once: the first noise estimate")
     if confirm:
         p = _pending_confirm(state, done)

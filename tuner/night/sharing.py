@@ -2,6 +2,7 @@
 run theirs. Pure policy over the replayed state, as the search's own (tuner/night/search.py) is,
 which asks it:
   - what other boxes run now is never given again (``in_flight``);
+  - a box's first challenger comes before its second boot of the start (``probe_first``);
   - a challenger that reads better while another box has it in hand gets a *twin* on this box
     (``twin``): the boxes' blocks run side by side;
   - while another box closes two boots of a likely next incumbent (``pending_moves``), a box works
@@ -29,7 +30,20 @@ AHEAD_BOOTS = 2          # ... once it reads better (``promising``) on this many
 AHEAD_TWINS = 4          # ... booting it on at most this many boxes at once
 BRACKET_IN_HAND = True   # a box leaves its bracket for later while another box closes two boots of it (``in_hand``)
 OUTRUN = True            # a box does not confirm a challenger a likelier next incumbent outruns (``outruns``)
+PROBE_FIRST = True       # a box boots its first challenger before its second boot of the start (``probe_first``)
 JOIN = 4                 # boxes at once on the undecided challenger of highest expected gain (``join``)
+
+
+def probe_first(state: State, box: str, mine: list) -> bool:
+    """Whether ``box``, with no challenger of its own yet (``mine``: its finished arms), boots one
+    before its second boot of the starting shape. That second boot then follows the challenger and
+    closes its block (A B A): it is still the box's first boot-to-boot pair, and the challenger's
+    first reading is judged again on it (``Judging``) with every box's first pair at once, so each
+    box's first comparison can close one boot sooner. A first challenger that reads better there
+    gets its second boot from another box (``twin``). One box keeps the old order (the start
+    measured twice, then the challengers): its first reading would rest on its own single pair."""
+    return PROBE_FIRST and not any(a.kind in ("probe", "confirm") for a in mine) \
+        and any(a.box != box for a in state.arms.values())
 
 
 def brackets_here(state: State, c: dict, box: str) -> bool:
@@ -115,7 +129,8 @@ def twin(state: State, box: str, busy: set) -> Proposal | None:
     """On a shared campaign: this box's boot of a challenger another box has in hand at this
     incumbent, when the evidence already says better (called ``better`` or ``promising`` here, or
     ``better`` at an earlier incumbent: effects mostly carry) and this box has no boot of it here
-    yet: one running on another box now, or one whose better reading waits only for its bracket.
+    yet: one running on another box now, one whose better reading waits only for its bracket, or
+    (``PROBE_FIRST``) one read better on a single boot whose block is closed already.
     Such a challenger needs two boots or more, each bracketed on its own box, before it can move
     anything (``verdict.promotes``); run side by side, the boxes' A B A blocks take the time of
     one box's A B B A, and a twin still open when the first box's blocks close does not hold the
@@ -141,7 +156,8 @@ def twin(state: State, box: str, busy: set) -> Proposal | None:
             continue
         c = cmp.get((inc, key[0], key[1]))
         if c is not None:
-            if not promising(c) or (key not in running and not c.get("open")):
+            if not promising(c) or (key not in running and not c.get("open")
+                                    and not (PROBE_FIRST and (c.get("boots") or [0])[0] < 2)):
                 continue
             why, worth = f"{c['verdict']} {c['effect']:+.1%} after {c['boots'][0]} boot(s) here", c["effect"]
         else:
