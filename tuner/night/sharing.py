@@ -10,7 +10,7 @@ which asks it:
     (``in_hand``, ``brackets_here``) or confirms a challenger that reads better by less
     (``outruns``);
   - boxes boot the undecided challenger of highest expected gain side by side (``join``).
-Each of these is one constant below, on by default; a campaign of one box never reaches them.
+Each but ``in_flight`` is one constant below, on by default (tests and benches turn them off).
 """
 from __future__ import annotations
 
