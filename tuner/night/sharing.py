@@ -42,8 +42,7 @@ def probe_first(state: State, box: str, mine: list) -> bool:
     box's first comparison can close one boot sooner. A first challenger that reads better there
     gets its second boot from another box (``twin``). One box keeps the old order (the start
     measured twice, then the challengers): its first reading would rest on its own single pair."""
-    return PROBE_FIRST and not any(a.kind in ("probe", "confirm") for a in mine) \
-        and any(a.box != box for a in state.arms.values())
+    return PROBE_FIRST and not any(a.kind in ("probe", "confirm") for a in mine) and others_at_work(state, box)
 
 
 def brackets_here(state: State, c: dict, box: str) -> bool:
@@ -53,24 +52,31 @@ def brackets_here(state: State, c: dict, box: str) -> bool:
     return opens_on(state, c, box) and not (BRACKET_IN_HAND and in_hand(state, c, box) >= 2)
 
 
+def others_at_work(state: State, box: str) -> bool:
+    """Whether any box but ``box`` has journaled an arm (one box has nothing to share)."""
+    return any(a.box != box for a in state.arms.values())
+
+
+def running_here(state: State) -> dict[tuple[str, str], list]:
+    """(lever, value text) -> the boots of that challenger at the incumbent running now, any box."""
+    out: dict[tuple[str, str], list] = {}
+    for a in state.open_arms:
+        if a.change and a.incumbent == state.incumbent_key and a.kind in ("probe", "confirm"):
+            out.setdefault(a.challenger, []).append(a)
+    return out
+
+
 def twins_running(state: State, box: str) -> dict[tuple[str, str], int]:
     """(lever, value text) -> boots of that challenger at the incumbent running now on other boxes
     than ``box``: each will have its own block beside this box's (A B A there beside A B A here)."""
-    inc = state.incumbent_key
-    out: dict[tuple[str, str], int] = {}
-    for a in state.open_arms:
-        if a.change and a.incumbent == inc and a.box != box and a.kind in ("probe", "confirm"):
-            k = (a.change[0], values.text(a.change[1]))
-            out[k] = out.get(k, 0) + 1
-    return out
+    out = {k: sum(a.box != box for a in arms) for k, arms in running_here(state).items()}
+    return {k: n for k, n in out.items() if n}
 
 
 def in_flight(state: State, box: str | None) -> set[tuple[str, str]]:
     """(lever, value text) of the challengers other boxes are running now at this incumbent: a
     shared campaign never gives the same arm to two boxes."""
-    inc = state.incumbent_key
-    return {(a.change[0], values.text(a.change[1])) for a in state.open_arms
-            if a.change and a.box != box and a.incumbent == inc}
+    return set(twins_running(state, box))
 
 
 def running_of(state: State, arm) -> int:
@@ -121,8 +127,7 @@ def outruns(state: State, p: Proposal) -> bool:
     key = (p.change[0], values.text(p.change[1]))
     c = state.comparison_at(state.incumbent_key, *key)
     mine = c["effect"] if c is not None and c.get("effect") is not None else None
-    return mine is not None and any((arm.change[0], values.text(arm.change[1])) != key and m["effect"] >= mine
-                                    for m, arm in pending_moves(state))
+    return mine is not None and any(arm.challenger != key and m["effect"] >= mine for m, arm in pending_moves(state))
 
 
 def twin(state: State, box: str, busy: set) -> Proposal | None:
@@ -139,17 +144,12 @@ def twin(state: State, box: str, busy: set) -> Proposal | None:
     challenger at once. At most ``TWINS`` boxes at once on one challenger; the test is the same."""
     inc = state.incumbent_key
     cmp = state.latest_comparisons()
-    mine = {(a.change[0], values.text(a.change[1])) for a in state.arms.values()
-            if a.change and a.incumbent == inc and a.box == box}
-    running: dict[tuple[str, str], int] = {}
-    for a in state.open_arms:
-        if a.change and a.incumbent == inc and a.kind in ("probe", "confirm"):
-            k = (a.change[0], values.text(a.change[1]))
-            running[k] = running.get(k, 0) + 1
+    mine = {a.challenger for a in state.arms.values() if a.change and a.incumbent == inc and a.box == box}
+    running = {k: len(arms) for k, arms in running_here(state).items()}
     held: dict[tuple[str, str], object] = {}
     for a in state.arms.values():
         if a.change and a.incumbent == inc and a.kind in ("probe", "confirm") and a.box != box:
-            held.setdefault((a.change[0], values.text(a.change[1])), a)
+            held.setdefault(a.challenger, a)
     best = None
     for key, a in held.items():
         if key in mine or running.get(key, 0) >= TWINS:
@@ -197,7 +197,7 @@ def ahead(state: State, box: str, policy: Callable[[State], Proposal | None]) ->
     it (a twin: more evidence for the move, and this box's own boot of the incumbent-to-be); a box
     with one measures the next neighbour there, by ``policy`` (the search's, as at the incumbent,
     never itself working ahead). Off with ``AHEAD``."""
-    if not AHEAD or not any(a.box != box for a in state.arms.values()):
+    if not AHEAD or not others_at_work(state, box):
         return None                             # one box: its next arm is the bracket itself, nothing to overlap
     for c, arm in pending_moves(state):
         if state.boots_of(arm.key, box) < 1:
@@ -230,8 +230,7 @@ def join(state: State, best: tuple, box: str, busy: set) -> Proposal | None:
     c = state.comparison_at(state.incumbent_key, *key)
     if c is None or c.get("verdict") != Verdict.UNDECIDED or (c.get("effect") or 0) <= 0:
         return None
-    running = [a for a in state.open_arms if a.change and a.incumbent == state.incumbent_key
-               and (a.change[0], values.text(a.change[1])) == key]
+    running = running_here(state).get(key, [])
     if not running or len(running) >= JOIN or any(a.box == box for a in running) \
             or c["boots"][0] + len(running) >= BOOTS_CAP:
         return None

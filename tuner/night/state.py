@@ -48,6 +48,11 @@ class Arm:
         return (self.end or {}).get("verdict")
 
     @property
+    def challenger(self) -> tuple[str, str] | None:
+        """(lever, value text) of its one change, None for a boot of a shape with no change."""
+        return (self.change[0], values.text(self.change[1])) if self.change else None
+
+    @property
     def box(self) -> str | None:
         """The box that ran it (None on a campaign of one box: tuner/night/shared.py)."""
         return self.start.get("box")
@@ -231,7 +236,7 @@ class State:
                 var = [x.end["noise"] ** 2 for x in self._done if _number(x.end.get("noise"))]
                 self._var_sum, self._var_count, self._var_last = sum(var), len(var), self._done_n[-1]
         if a.change and a.kind == "probe" and a.verdict != Verdict.INTERRUPTED:
-            k = (a.change[0], values.text(a.change[1]))
+            k = a.challenger
             _insort(self._hist.setdefault(k, []), a)
             _insort(self._here.setdefault(a.incumbent, {}).setdefault(k, []), a)
             corrupt, classes = self._fails.get(k, (False, set()))
@@ -272,11 +277,11 @@ def from_scratch(st: State) -> dict:
     here: dict = {}
     for a in done:
         if a.change and a.incumbent == st.incumbent_key and a.kind == "probe" and a.verdict != Verdict.INTERRUPTED:
-            here.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
+            here.setdefault(a.challenger, []).append(a)
     hist: dict = {}
     for a in fin:
         if a.change and a.kind == "probe" and a.verdict != Verdict.INTERRUPTED:
-            hist.setdefault((a.change[0], values.text(a.change[1])), []).append(a)
+            hist.setdefault(a.challenger, []).append(a)
     meas: dict = {}
     for a in done:
         m = a.end.get("measurement")
