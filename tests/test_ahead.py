@@ -3,12 +3,16 @@ the state as if a pending challenger led, the policy run on it, and what a box w
 boot of that challenger is given."""
 from __future__ import annotations
 
+import math
+import random
+
 from arms.shape import ABSENT, Lever
 from tests.test_search import BASE, LEVERS
 from tuner.night import sharing
 from tuner.night.ahead import still_ahead, supposing
+from tuner.night.blocks import Boot, boot_spread
 from tuner.night.journal import Journal
-from tuner.night.judging import Judging
+from tuner.night.judging import Judging, box_axis
 from tuner.night.gain import promising
 from tuner.night.proposal import apply
 from tuner.night.search import candidates, encode_value, propose
@@ -288,3 +292,34 @@ def test_a_box_boots_its_first_challenger_before_its_second_boot_of_the_start(tm
     assert propose(st, LEVERS, box="a").change != C                     # a has its boot of it
     monkeypatch.setattr(sharing, "PROBE_FIRST", False)
     assert propose(st, LEVERS, box="c").change != C, "without the flag a closed single boot waits"
+
+
+def test_a_box_s_boots_sit_on_its_own_arms_axis_where_their_pairs_are_read(tmp_path):
+    """On a shared campaign the arm numbers advance once per arm of any box: four boxes put one
+    box's successive boots four times further apart there. Each boot is placed on its own box's
+    arms (``box_axis``), so a box's two boots of the start five of its arms apart are a boot pair
+    (``blocks.PAIR_GAP``) as on one box, not 20 campaign arms apart and dropped. One box: the
+    axis is the arm order itself."""
+    nt = Night(tmp_path, "abcd")                                       # arms 0-3 baselines, 4-7 rechecks
+    for _ in range(3):
+        for box in "abcd":
+            nt.arm(box, "probe", C, verdict="undecided", obj=28.0)    # arms 8-19
+    for box in "abcd":
+        nt.arm(box, "recheck", verdict="recheck", obj=26.0)           # arms 20-23
+    st = nt.state()
+    axis = box_axis(st)
+    assert [axis[n] for n in (0, 4, 8, 12, 16, 20)] == [0, 1, 2, 3, 4, 5]          # box a's own arms
+    assert [axis[n] for n in (3, 7, 11, 15, 19, 23)] == [0, 1, 2, 3, 4, 5]         # box d's
+    rng = random.Random(3)
+
+    def boots(place):
+        return [[Boot(n, place(n), {"512": [math.log(26.0) + rng.gauss(0, 0.01) for _ in range(6)]},
+                      box=st.arms[n].box) for n in sorted(st.arms) if st.arms[n].box == box and st.arms[n].kind
+                 in ("baseline", "recheck")] for box in "abcd"]
+    own, campaign = boot_spread(boots(axis.get)), boot_spread(boots(float))
+    assert (own.pairs, campaign.pairs) == (8, 4)        # baseline->recheck on each box, and recheck->recheck 16 arms on
+
+    one = Night(tmp_path / "one", "a")
+    for _ in range(4):
+        one.arm("a", "probe", C, verdict="undecided", obj=28.0)
+    assert box_axis(one.state()) == {n: float(n) for n in range(6)}

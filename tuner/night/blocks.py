@@ -50,7 +50,7 @@ from tuner.night.compare import (DRIFT_Z, MIN_EFFECT, SIGMA_FLOOR, Comparison, D
 _N = NormalDist()
 BRACKET = 2      # incumbent boots read on each side of a challenger's boot
 JUMP_Z = 4.0     # an incumbent that moved this many standard errors across a block jumped
-PAIR_GAP = 8     # boots of one shape further apart than this (on the axis) say more about the box than the boot
+PAIR_GAP = 8     # boots of one shape further apart than this (arms of their box) say more about the box than the boot
 TRIM_Z = 3.0     # a successive difference beyond this many robust sigmas is a jump, not spread ...
 TRIM_KEEP = 1 - 2 * TRIM_Z * _N.pdf(TRIM_Z) / (2 * _N.cdf(TRIM_Z) - 1)   # E[z^2 | |z| < TRIM_Z] of a normal
 TRIM_MIN_PAIRS = 12  # ... from this many pairs on (the median of fewer squares is too rough a scale); below it a
@@ -66,8 +66,9 @@ OWN_SPREAD_F = 6.6   # the challenger's block differences spread this many times
 class Boot:
     """One measured boot: its arm, its place on the comparison's time axis ``t``, {depth: [log rates
     kept]}, and when it measured on the clock (``hours``, for the drift a block saw). The loop's
-    axis is the arm order (a night's arms are close to evenly spaced, and a decision must not
-    depend on whose clock ran it: the simulated host's or the box's); a reader may pass hours."""
+    axis is the arm order of the boot's own box (a box's arms are close to evenly spaced, and a
+    decision must not depend on whose clock ran it: the simulated host's or the box's;
+    ``judging.box_axis``); a reader may pass hours."""
 
     arm: int
     t: float
