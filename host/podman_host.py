@@ -21,8 +21,25 @@ from host.systemd import Systemctl
 log = logging.getLogger("tuner.host.podman")
 
 
+LINE_CAP = 64 * 1024     # bytes of a line never ended (a progress bar's carriage returns) held before it is written
+
+
 def socket_url(explicit: str | None = None) -> str | None:
     return explicit or os.environ.get("CONTAINER_HOST") or None
+
+
+def whole_lines(rest: bytes, frame: bytes) -> tuple[bytes, bytes]:
+    """(the whole lines, each ending in its newline, and what is left of a line not ended yet) of
+    ``rest`` + ``frame``. A log frame is a piece of the stream, not a line: podman sends a line
+    written in pieces, or one longer than its 8 KiB buffer, as several frames, and a newline put
+    after each frame cut such a line in two (a boot log's ``n_ctx = 1024`` read as two lines
+    neither parser rule matched; a secret split across two frames escaped its redaction). A line
+    left open past ``LINE_CAP`` is written as it is."""
+    data = rest + frame
+    cut = data.rfind(b"\n") + 1
+    if len(data) - cut > LINE_CAP:
+        return data + b"\n", b""
+    return data[:cut], data[cut:]
 
 
 class PodmanHost(RealTime, Systemctl):
@@ -115,18 +132,18 @@ class PodmanHost(RealTime, Systemctl):
             raise
 
     def follow_logs(self, cid: str, path: Path, redact=None) -> LogFollower:
-        """Copy the log as it grows; re-open a stream that ends while the container still runs
-        (podman can close a follow stream opened in the first instants of a container), and on
-        ``stop`` resync the file from podman's whole log so no line is ever missing."""
+        """Copy the log as it grows, whole lines only (``whole_lines``: podman sends one line as
+        several frames); re-open a stream that ends while the container still runs (podman can
+        close a follow stream opened in the first instants of a container), and on ``stop``
+        resync the file from podman's whole log so no line is ever missing."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         ctr = self._get(cid)
         lock = threading.Lock()
-        box = {"closed": False, "lines": 0}
+        box = {"closed": False, "frames": 0, "rest": b""}
 
-        def line(frame: bytes) -> bytes:
-            frame = frame if frame.endswith(b"\n") else frame + b"\n"
-            return redact(frame.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape") if redact else frame
+        def sealed(chunk: bytes) -> bytes:
+            return redact(chunk.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape") if redact else chunk
 
         def pump() -> None:
             with open(path, "ab", buffering=0) as f:
@@ -135,16 +152,22 @@ class PodmanHost(RealTime, Systemctl):
                     try:
                         for frame in ctr.logs(stream=True, follow=True):
                             seen += 1
-                            if seen <= box["lines"]:
+                            if seen <= box["frames"]:
                                 continue          # a re-opened stream replays from the start
                             with lock:
                                 if box["closed"]:
                                     return
-                                f.write(line(frame))
-                                box["lines"] += 1
+                                lines, box["rest"] = whole_lines(box["rest"], frame)
+                                if lines:
+                                    f.write(sealed(lines))
+                                box["frames"] += 1
                     except Exception as e:  # noqa: BLE001 - the stream ends when the container goes
                         log.debug("log stream of %s ended: %s", cid[:12], e)
                     if not self.state(cid).running:
+                        with lock:
+                            if not box["closed"] and box["rest"]:
+                                f.write(sealed(box["rest"] + b"\n"))     # its last line, never ended
+                                box["rest"] = b""
                         return
                     time.sleep(0.2)
 
@@ -159,10 +182,11 @@ class PodmanHost(RealTime, Systemctl):
                 if c is None:
                     return
                 try:
-                    whole = b"".join(line(fr) for fr in c.logs(stream=False))
+                    whole = b"".join(c.logs(stream=False))
                 except Exception as e:  # noqa: BLE001 - keep what the stream copied
                     log.debug("final log read of %s failed: %s", cid[:12], e)
                     return
+                whole = sealed(whole if not whole or whole.endswith(b"\n") else whole + b"\n")
                 if len(whole) >= (path.stat().st_size if path.exists() else 0):
                     path.write_bytes(whole)
 

@@ -25,8 +25,9 @@ SIM_DIGEST = "sha256:" + "cd" * 32
 
 def _fake_program(spec: ContainerSpec) -> FakeRun:
     if "--bogus-flag" in spec.command:
+        unknown = " ".join(spec.command[spec.command.index("--bogus-flag"):])
         return FakeRun(["usage: vllm serve [model_tag] [options]",
-                        "vllm: error: unrecognized arguments: --bogus-flag"], exit_code=2)
+                        f"vllm: error: unrecognized arguments: {unknown}"], exit_code=2)
     echo = {"model_tag": "/models/sim"}
     if "--hf-token" in spec.command:                       # vLLM echoes its non-default args, secrets included
         echo["hf_token"] = spec.command[spec.command.index("--hf-token") + 1]
@@ -105,6 +106,25 @@ def test_container_that_exits_reports_its_code_and_log(env, tmp_path):
         assert st.exited and st.exit_code == 2
         follower = host.follow_logs(cid, tmp_path / "bad.log")
         assert wait_for(lambda: "unrecognized arguments: --bogus-flag" in follower.text())
+    finally:
+        host.remove(cid)
+
+
+def test_a_log_line_longer_than_a_log_frame_is_copied_whole(env, tmp_path):
+    """podman sends a line longer than its 8 KiB buffer as several frames: the copy joins them
+    (a newline after each frame cut such a line in two, and a boot-log rule then missed it)."""
+    host, _, ref = env
+    long = "y" * 20000
+    cid = host.start(spec(ref, "tuner-contract-arm8", "--bogus-flag", long))
+    try:
+        assert host.wait(cid, timeout=30).exit_code == 2
+        follower = host.follow_logs(cid, tmp_path / "long.log")
+        assert wait_for(lambda: long in follower.text())
+        follower.stop(5.0)
+        lines = follower.text().splitlines()
+        assert [ln for ln in lines if ln.endswith("unrecognized arguments: --bogus-flag " + long)], \
+            [ln[:80] for ln in lines]
+        assert not [ln for ln in lines if set(ln) == {"y"}]          # no piece of it on a line of its own
     finally:
         host.remove(cid)
 

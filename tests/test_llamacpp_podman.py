@@ -92,9 +92,9 @@ def test_boots_ready_with_its_memory_plan_and_overrides(podman_host, llama_image
     assert plan["model_buffers_mib"] and all(k.startswith("CPU") for k in plan["model_buffers_mib"])
     assert plan["kv_buffers_mib"] == {"CPU": pytest.approx(plan["kv_buffer_mib"])}
     assert plan["n_ctx"] == 1024 and plan["n_slots"] == 1 and plan["kv_cells"] == 1024
-    # 32 layers x gate/up/down experts; at -lv 5 the log is busy and podman's log stream has been
-    # seen to cut one of these ~100 lines in two (1 run in ~6 on a loaded 2-core machine)
-    assert set(plan["tensor_overrides"]) == {"CPU"} and 32 * 3 - 2 <= plan["tensor_overrides"]["CPU"] <= 32 * 3
+    # 32 layers x gate/up/down experts; at -lv 5 the log comes in bursts that podman sends as 8 KiB
+    # frames, a line cut across two of them: the copy joins them (host.podman_host.whole_lines)
+    assert plan["tensor_overrides"] == {"CPU": 32 * 3}
     assert plan["n_threads"] == 1
 
 
