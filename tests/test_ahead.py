@@ -262,8 +262,10 @@ def test_a_win_decided_ahead_moves_the_incumbent_once_its_base_leads(tmp_path):
 
 def test_a_box_boots_its_first_challenger_before_its_second_boot_of_the_start(tmp_path, monkeypatch):
     """On a shared campaign a box's second boot of the start follows its first challenger and
-    closes that challenger's block (A B A); a first challenger read better on its one boot, its
-    block closed, gets its second boot from a box with none of it yet. One box measures the start
+    closes that challenger's block (A B A), unless that challenger was called better on its one
+    boot: then its second boot comes first (A B B A, as on one box; ``CONFIRM_FIRST``). A first
+    challenger read better on its one boot, its block closed, gets its second boot from a box
+    with none of it yet. One box measures the start
     twice first, as before; with the flag off every box does."""
     nt = Night(tmp_path, "abc", start=("baseline",))
     st = nt.state()
@@ -279,10 +281,15 @@ def test_a_box_boots_its_first_challenger_before_its_second_boot_of_the_start(tm
 
     p = nt.arm("a", "probe", C, verdict="better", obj=28.6)
     nt.compare(p, C, 0.10, 1, [(p, False)], verdict="better")
+    again = propose(nt.state(), LEVERS, box="a")                         # called better: B B, then A (CONFIRM_FIRST)
+    assert again.kind == "confirm" and again.change == C and again.why.startswith(f"confirm arm {p}"), again
+    monkeypatch.setattr(sharing, "CONFIRM_FIRST", False)
     assert propose(nt.state(), LEVERS, box="a").why.startswith("re-measure the starting shape at once")
     nt.arm("a", "recheck", verdict="recheck", obj=26.0)
     nt.compare(p, C, 0.10, 1, [(p, True)], verdict="better")           # its block closed: A B A on a
     x = nt.arm("b", "probe", ("max-num-seqs", 2), verdict="worse", obj=20.0)
+    monkeypatch.setattr(sharing, "CONFIRM_FIRST", True)                  # not called better: A B A as before
+    assert propose(nt.state(), LEVERS, box="b").why.startswith("re-measure the starting shape at once")
     nt.arm("b", "recheck", verdict="recheck", obj=26.1)
     nt.arm("c", "recheck", verdict="recheck", obj=26.1)                 # c measured the start twice
     st = nt.state()

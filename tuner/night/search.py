@@ -223,6 +223,9 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
         return Proposal("recheck", why="this box's own boot of the incumbent: its comparisons are blocked by box")
     if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, Verdict.INTERRUPTED) for a in mine) \
             and not (box is not None and sharing.probe_first(state, box, mine)):
+        p = _pending_confirm(state, mine) if box is not None and confirm and sharing.CONFIRM_FIRST else None
+        if p is not None and (p.change[0], values.text(p.change[1])) not in busy:
+            return p                           # its first challenger called better: B B, then A closes both
         return Proposal("recheck", why="re-measure the starting shape at once: the first noise estimate")
     if confirm:
         p = _pending_confirm(state, done)

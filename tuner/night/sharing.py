@@ -2,7 +2,8 @@
 run theirs. Pure policy over the replayed state, as the search's own (tuner/night/search.py) is,
 which asks it:
   - what other boxes run now is never given again (``in_flight``);
-  - a box's first challenger comes before its second boot of the start (``probe_first``);
+  - a box's first challenger comes before its second boot of the start (``probe_first``), and
+    one called better on that one boot gets its second boot before it too (``CONFIRM_FIRST``);
   - a challenger that reads better while another box has it in hand gets a *twin* on this box
     (``twin``): the boxes' blocks run side by side;
   - while another box closes two boots of a likely next incumbent (``pending_moves``), a box works
@@ -31,6 +32,7 @@ AHEAD_TWINS = 4          # ... booting it on at most this many boxes at once
 BRACKET_IN_HAND = True   # a box leaves its bracket for later while another box closes two boots of it (``in_hand``)
 OUTRUN = True            # a box does not confirm a challenger a likelier next incumbent outruns (``outruns``)
 PROBE_FIRST = True       # a box boots its first challenger before its second boot of the start (``probe_first``)
+CONFIRM_FIRST = True     # ... and one called better on its one boot gets its second boot before it (search.propose)
 JOIN = 4                 # boxes at once on the undecided challenger of highest expected gain (``join``)
 
 
