@@ -12,7 +12,7 @@ from tuner.night import sharing
 from tuner.night.ahead import still_ahead, supposing
 from tuner.night.blocks import Boot, boot_spread
 from tuner.night.journal import Journal
-from tuner.night.judging import Judging, box_axis
+from tuner.night.judging import Judging
 from tuner.night.gain import promising
 from tuner.night.proposal import apply
 from tuner.night.search import candidates, encode_value, propose
@@ -301,10 +301,15 @@ def test_a_box_boots_its_first_challenger_before_its_second_boot_of_the_start(tm
     assert propose(st, LEVERS, box="c").change != C, "without the flag a closed single boot waits"
 
 
+def box_axis(st) -> dict[int, float]:
+    """Each started arm's place on the comparison's axis (``State.place``)."""
+    return {n: st.place(n, a.box) for n, a in st.arms.items()}
+
+
 def test_a_box_s_boots_sit_on_its_own_arms_axis_where_their_pairs_are_read(tmp_path):
     """On a shared campaign the arm numbers advance once per arm of any box: four boxes put one
     box's successive boots four times further apart there. Each boot is placed on its own box's
-    arms (``box_axis``), so a box's two boots of the start five of its arms apart are a boot pair
+    arms (``State.place``), so a box's two boots of the start five of its arms apart are a boot pair
     (``blocks.PAIR_GAP``) as on one box, not 20 campaign arms apart and dropped. One box: the
     axis is the arm order itself."""
     nt = Night(tmp_path, "abcd")                                       # arms 0-3 baselines, 4-7 rechecks

@@ -68,7 +68,7 @@ class Boot:
     kept]}, and when it measured on the clock (``hours``, for the drift a block saw). The loop's
     axis is the arm order of the boot's own box (a box's arms are close to evenly spaced, and a
     decision must not depend on whose clock ran it: the simulated host's or the box's;
-    ``judging.box_axis``); a reader may pass hours."""
+    ``State.place``); a reader may pass hours."""
 
     arm: int
     t: float

@@ -23,21 +23,6 @@ log = logging.getLogger("tuner.loop")
 EXTEND_CAP = 4        # a challenger's boot measures at most this many times the plan's runs
 
 
-def box_axis(st: State) -> dict[int, float]:
-    """Each arm's place on the comparison's time axis: its rank among the arms of its own box (one
-    box: the arm order itself). A box's boots are what its blocks, its drift and its boot pairs
-    are read from, and on a shared campaign the campaign's arm numbers advance once per arm of
-    *any* box: N boxes would put a box's successive boots N times further apart on that axis
-    (``blocks.PAIR_GAP`` would then drop pairs one box keeps)."""
-    seen: dict = {}
-    out: dict[int, float] = {}
-    for n in sorted(st.arms):
-        box = st.arms[n].box
-        out[n] = float(seen.get(box, 0))
-        seen[box] = seen.get(box, 0) + 1
-    return out
-
-
 class Judging:
     """The comparison half of ``CampaignLoop`` (a mixin: it uses the loop's ``journal``, ``camp``,
     ``host``, ``_boots``, ``_replay``, ``_promote`` and ``_tell_waiting``)."""
@@ -75,16 +60,14 @@ class Judging:
         depth = self._depth()
         cache = self._boots                 # a finished boot's runs never change: split them once
         arms = st.arms
-        axis = box_axis(st)
-        series = {k: [cache.get((n, t, axis[n])) or cache.setdefault((n, t, axis[n]), Boot.of(n, axis[n], m, depth, hours=t,
-                                                                            box=arms[n].box))
+        series = {k: [cache.get((n, t)) or cache.setdefault((n, t), Boot.of(n, st.place(n, arms[n].box), m, depth,
+                                                                            hours=t, box=arms[n].box))   # its box's arm order
                       for n, t, m in b] for k, b in st.measured_boots().items()}
         if extra:
             n = st.next_n if arm is None else arm
             box = getattr(self, "box", None)
-            at = axis[n] if n in axis else float(sum(1 for a in arms.values() if a.box == box and a.n < n))
-            series.setdefault(shape.key(), []).append(Boot.of(n, at, extra, depth, hours=self.host.wall() / 3600.0,
-                                                              box=box))
+            series.setdefault(shape.key(), []).append(Boot.of(n, st.place(n, box), extra, depth,
+                                                              hours=self.host.wall() / 3600.0, box=box))
         by_box: dict = {}                   # a box's boots of one shape: the spread and drift are within a box
         for key, boots in series.items():
             for b in boots:

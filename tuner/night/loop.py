@@ -93,7 +93,7 @@ class CampaignLoop(Opening, Judging):
         if fleet is not None:
             self.runner.campaign = f"{camp.name}.{self.box}"     # this box's containers: its label and names
         self.choices = ["(incumbent)"] + sorted(camp.levers)
-        self._boots: dict = {}              # (arm, end time, place on its box's axis) -> its Boot (tuner/night/blocks.py), for _compare
+        self._boots: dict = {}              # (arm, end time) -> its Boot (tuner/night/blocks.py), for _compare
 
     def _set_clock_and_deadline(self, proposed: float | None) -> None:
         """A simulated host's clock continues from the journal's last time; the deadline is the

@@ -96,6 +96,7 @@ class State:
     _fails: dict = field(default_factory=dict, repr=False, compare=False)   # (lever, value text) -> (corrupt, boot-failure classes)
     _starts: dict = field(default_factory=dict, repr=False, compare=False)  # incumbent key -> its finished "start" arms
     _latest: dict = field(default_factory=dict, repr=False, compare=False)  # see latest_comparisons
+    _box_n: dict = field(default_factory=dict, repr=False, compare=False)   # box -> its arms' n, sorted (``place``)
     looks: int = 0                   # comparisons of a change (the promotion looks spent so far)
 
     @property
@@ -208,8 +209,23 @@ class State:
         return n
 
     # -- the indexes ----------------------------------------------------------------------------
+    def place(self, n: int, box: str | None) -> float:
+        """Arm ``n``'s place on the comparison's time axis (tuner/night/blocks.py): how many arms of
+        its box ``box`` came before it (one box: the arm order itself). A box's boots are what its
+        blocks, its drift and its boot pairs are read from; on a shared campaign the arm numbers
+        advance once per arm of *any* box, so N boxes would put a box's successive boots N times
+        further apart (``blocks.PAIR_GAP`` would then drop pairs one box keeps). ``n`` need not
+        have started yet (the boot measuring now)."""
+        return float(bisect.bisect_left(self._box_n.get(box, ()), n))
+
     def _started(self, a: Arm, replaced: Arm | None = None) -> None:
         self._max_n = max(self._max_n, a.n)
+        if replaced is not None:                # the same n started again: it counts once, on its new box
+            ns = self._box_n.get(replaced.box, [])
+            i = bisect.bisect_left(ns, a.n)
+            if i < len(ns) and ns[i] == a.n:
+                ns.pop(i)
+        bisect.insort(self._box_n.setdefault(a.box, []), a.n)
         if replaced is not None and replaced.end is not None:
             self._reindex()             # a finished arm started again (a damaged journal): afresh
 
