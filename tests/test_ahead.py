@@ -125,8 +125,11 @@ def test_a_box_leaves_its_bracket_for_later_while_two_boots_of_the_challenger_ha
     p = propose(st, LEVERS, box="b")
     assert p.ahead == tw and p.kind == "probe" and p.why.startswith(f"ahead of arm {tw}"), p
     monkeypatch.setattr(sharing, "BRACKET_IN_HAND", False)
+    assert propose(st, LEVERS, box="b").ahead == tw             # the move is landing on a: b works ahead first
+    monkeypatch.setattr(sharing, "LANDING", False)
     assert propose(st, LEVERS, box="b").kind == "recheck"
     monkeypatch.setattr(sharing, "BRACKET_IN_HAND", True)
+    monkeypatch.setattr(sharing, "LANDING", True)
     assert sharing.in_hand(st, st.latest_comparisons()[(BASE.key(), C[0], "32")], "a") == 0   # not a's own recheck
     nt.compare(tw, C, 0.10, 3, [(p1, True), (p2, True), (tw, False)])  # a's closed: undecided on them
     r = next(a for a in nt.state().open_arms)

@@ -202,7 +202,9 @@ def _pending_bracket(state: State, box: str | None = None) -> Proposal | None:
     for (k, name, vt), c in state.latest_comparisons().items():
         if k == inc and c.get("open") and promising(c) and (c.get("boots") or [0])[0] + twins.get((name, vt), 0) >= 2 \
                 and (c.get("arm") or -1) > last_recheck \
-                and (box is None or sharing.brackets_here(state, c, box)):
+                and (box is None or (sharing.brackets_here(state, c, box)
+                                     and not (sharing.others_at_work(state, box)
+                                              and sharing.outruns(state, (name, vt))))):
             return Proposal("recheck", why=f"bracket arm {c.get('arm')}: it reads better, but {c['open']} of its "
                                            "boots have no incumbent boot after them yet")
     return None
@@ -219,6 +221,13 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
     if not any(a.kind == "baseline" and a.verdict not in (None, Verdict.INTERRUPTED) for a in mine) \
             and (box is None or state.incumbent_key == state.baseline.key()):
         return Proposal("baseline", why="measure the starting shape" + (" on this box" if box else ""))
+    work_ahead = (lambda: sharing.ahead(state, box, lambda view: propose(
+        view, levers, recheck_every=recheck_every, confirm=True, spend=False, box=box, ahead=False))) \
+        if box is not None and confirm and ahead else (lambda: None)
+    if box is not None and sharing.landing(state, box):
+        p = work_ahead()                       # a boot of the incumbent now would measure one about to be replaced
+        if p is not None:
+            return p
     if box is not None and state.incumbent_boots(box) < 1:
         return Proposal("recheck", why="this box's own boot of the incumbent: its comparisons are blocked by box")
     if recheck_every and not any(a.kind == "recheck" and a.verdict not in (None, Verdict.INTERRUPTED) for a in mine) \
@@ -230,7 +239,7 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
     if confirm:
         p = _pending_confirm(state, done)
         if p is not None and (p.change[0], values.text(p.change[1])) not in busy \
-                and not (box is not None and sharing.outruns(state, p)):
+                and not (box is not None and sharing.outruns(state, (p.change[0], values.text(p.change[1])))):
             return p
     p = _pending_bracket(state, box)
     if p is not None:
@@ -241,8 +250,7 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
         p = sharing.twin(state, box, busy)
         if p is not None:
             return p
-        p = sharing.ahead(state, box, lambda view: propose(view, levers, recheck_every=recheck_every, confirm=True,
-                                                           spend=False, box=box, ahead=False)) if ahead else None
+        p = work_ahead()
         if p is not None:
             return p
     joins = box is not None and confirm

@@ -8,8 +8,9 @@ which asks it:
     (``twin``): the boxes' blocks run side by side;
   - while another box closes two boots of a likely next incumbent (``pending_moves``), a box works
     ahead of that move (``ahead``, tuner/night/ahead.py) before it closes its own block of it
-    (``in_hand``, ``brackets_here``) or confirms a challenger that reads better by less
-    (``outruns``);
+    (``in_hand``, ``brackets_here``) or boots the incumbent that move replaces (``landing``);
+  - a box neither confirms, twins nor brackets a challenger that a likely next incumbent reading
+    better by more outruns (``outruns``): once that move comes, the evidence is read again there;
   - boxes boot the undecided challenger of highest expected gain side by side (``join``).
 Each but ``in_flight`` is one constant below, on by default (tests and benches turn them off).
 """
@@ -30,7 +31,8 @@ AHEAD = True             # boxes work at the likely next incumbent (``ahead``)
 AHEAD_BOOTS = 2          # ... once it reads better (``promising``) on this many boots (or is called better)
 AHEAD_TWINS = 4          # ... booting it on at most this many boxes at once
 BRACKET_IN_HAND = True   # a box leaves its bracket for later while another box closes two boots of it (``in_hand``)
-OUTRUN = True            # a box does not confirm a challenger a likelier next incumbent outruns (``outruns``)
+OUTRUN = True            # a box does not add boots to a challenger a likelier next incumbent outruns (``outruns``)
+LANDING = True           # ... nor to the incumbent another box is closing the move away from (``landing``)
 PROBE_FIRST = True       # a box boots its first challenger before its second boot of the start (``probe_first``)
 CONFIRM_FIRST = True     # ... and one called better on its one boot gets its second boot before it (search.propose)
 JOIN = 4                 # boxes at once on the undecided challenger of highest expected gain (``join``)
@@ -118,18 +120,27 @@ def opens_on(state: State, c: dict, box: str) -> bool:
     return False
 
 
-def outruns(state: State, p: Proposal) -> bool:
-    """On a shared campaign: whether the challenger ``p`` would confirm is outrun by a likely next
-    incumbent (``pending_moves``) that reads better by more: once that move comes, this challenger
-    is judged again at the new incumbent (its reading carried), so this box's next boot is worth
-    more as its own boot of the incumbent-to-be and what follows it (``twin``, ``ahead``). Off
-    with ``OUTRUN``."""
-    if not OUTRUN:
-        return False
-    key = (p.change[0], values.text(p.change[1]))
-    c = state.comparison_at(state.incumbent_key, *key)
-    mine = c["effect"] if c is not None and c.get("effect") is not None else None
-    return mine is not None and any(arm.challenger != key and m["effect"] >= mine for m, arm in pending_moves(state))
+def outruns(state: State, key: tuple[str, str]) -> bool:
+    """On a shared campaign: whether challenger ``key`` (lever, value text), as its comparison at
+    the incumbent reads it, is outrun by a likely next incumbent (``pending_moves``) that reads
+    better by as much or more. Once that move comes this challenger is judged again at the new incumbent
+    (its reading carried as a prior), so another boot of it here (its second, a twin, a bracket)
+    is worth less than this box's own boot of the incumbent-to-be and what follows it (``twin``,
+    ``ahead``). Off with ``OUTRUN``."""
+    c = state.comparison_at(state.incumbent_key, *key) if OUTRUN else None
+    effect = (c or {}).get("effect")
+    return effect is not None and any(arm.challenger != key and m["effect"] >= effect for m, arm in pending_moves(state))
+
+
+def landing(state: State, box: str) -> bool:
+    """On a shared campaign: whether a move is landing on another box: it is closing two boots or
+    more of a likely next incumbent now (``in_hand``: what a move rests on). A boot of the current
+    incumbent on ``box`` (its own first, the start's second, a bracket of another challenger, a
+    re-measure) would then most likely measure a shape that no longer leads when it ends, while
+    a boot of the incumbent-to-be is what this box needs next anyway: it works ahead (``ahead``)
+    first. If the move does not come, the boot of the incumbent is still there to take. Off with
+    ``LANDING``."""
+    return LANDING and any(in_hand(state, c, box) >= 2 for c, _ in pending_moves(state))
 
 
 def twin(state: State, box: str, busy: set) -> Proposal | None:
@@ -162,6 +173,8 @@ def twin(state: State, box: str, busy: set) -> Proposal | None:
                                     and not (PROBE_FIRST and (c.get("boots") or [0])[0] < 2)):
                 continue
             why, worth = f"{c['verdict']} {c['effect']:+.1%} after {c['boots'][0]} boot(s) here", c["effect"]
+            if outruns(state, key):
+                continue                        # the likelier move first: this one is read again there
         else:
             earlier = [c for k, c in cmp.items() if k[1] == key[0] and k[2] == key[1]]
             if key not in running or not earlier or earlier[-1].get("verdict") != Verdict.BETTER:
