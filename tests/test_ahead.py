@@ -161,6 +161,64 @@ def test_a_box_boots_the_likelier_next_incumbent_before_confirming_a_challenger_
     assert propose(nt.state(), LEVERS, box="b").why == f"confirm arm {q}: a second boot"
 
 
+def test_a_box_boots_the_incumbent_to_be_before_the_incumbent_a_landing_move_replaces(tmp_path, monkeypatch):
+    """C reads +10 % on a's two boots and a is closing both now (the move is landing); box c's own
+    probe of another change reads +12 % on two boots, its blocks open. c's bracket of it would boot
+    the incumbent that a's move is about to replace: c boots C instead (its own boot of the
+    incumbent-to-be, ahead of that move), and brackets its own once the move did not come."""
+    other = ("max-num-seqs", 3)
+    nt = Night(tmp_path, "abc")
+    p1 = nt.arm("a", "probe", C, verdict="better", obj=28.6)
+    nt.compare(p1, C, 0.10, 1, [(p1, False)], verdict="better")
+    p2 = nt.arm("a", "confirm", C, verdict="better", obj=28.7)
+    nt.compare(p2, C, 0.10, 2, [(p1, False), (p2, False)], verdict="better")
+    q1 = nt.arm("c", "probe", other, verdict="undecided", obj=29.1)
+    q2 = nt.arm("c", "confirm", other, verdict="undecided", obj=29.2)
+    nt.compare(q2, other, 0.12, 2, [(q1, False), (q2, False)], se=0.03)
+    st = nt.state()
+    assert sharing.landing(st, "c") is None                          # nothing closes C's boots yet
+    assert propose(st, LEVERS, box="c").why.startswith(f"bracket arm {q2}")
+    r = nt.start("a", "recheck")                                     # a closes its two now
+    st = nt.state()
+    c, arm = sharing.landing(st, "c")
+    assert arm.challenger == (C[0], "32") and sharing.landing(st, "a") is None   # a's own recheck: no landing for a
+    p = propose(st, LEVERS, box="c")
+    assert p.kind == "confirm" and p.change == C and "ahead" in p.why, p
+    monkeypatch.setattr(sharing, "LANDING", False)
+    assert propose(st, LEVERS, box="c").why.startswith(f"bracket arm {q2}")
+    monkeypatch.setattr(sharing, "LANDING", True)
+    nt.end(r, "recheck", 26.0)
+    nt.compare(p2, C, 0.01, 2, [(p1, True), (p2, True)], verdict="parity")   # closed: no move
+    assert propose(nt.state(), LEVERS, box="c").why.startswith(f"bracket arm {q2}")
+
+
+def test_a_challenger_a_likelier_move_outruns_gets_no_twin_and_no_bracket(tmp_path, monkeypatch):
+    """C reads +10 % on three boots (a's two still open: a likely next incumbent); box b's other
+    change reads +5 % on its two boots, open. b does not bracket its own (the move would have it
+    judged again) but boots C, its boot of the incumbent-to-be; c, whose boot of C is closed
+    already, gives b's change no twin but measures C's neighbours ahead of the move."""
+    other = ("max-num-seqs", 3)
+    nt = Night(tmp_path, "abc")
+    p1 = nt.arm("a", "probe", C, verdict="better", obj=28.6)
+    p2 = nt.arm("a", "confirm", C, verdict="better", obj=28.7)
+    tw = nt.arm("c", "confirm", C, verdict="better", obj=28.7)
+    nt.arm("c", "recheck", verdict="recheck", obj=26.0)
+    nt.compare(tw, C, 0.10, 3, [(p1, False), (p2, False), (tw, True)], verdict="better")
+    q1 = nt.arm("b", "probe", other, verdict="better", obj=27.3)
+    q2 = nt.arm("b", "confirm", other, verdict="better", obj=27.3)
+    nt.compare(q2, other, 0.05, 2, [(q1, False), (q2, False)], verdict="better")
+    st = nt.state()
+    assert sharing.outruns(st, (other[0], "3")) and not sharing.outruns(st, (C[0], "32"))
+    pb = propose(st, LEVERS, box="b")
+    assert pb.kind == "confirm" and pb.change == C and pb.why.startswith(f"twin of arm {p1}"), pb
+    pc = propose(st, LEVERS, box="c")
+    assert pc.kind == "probe" and pc.ahead == tw, pc
+    monkeypatch.setattr(sharing, "OUTRUN", False)
+    assert propose(st, LEVERS, box="b").why.startswith(f"bracket arm {q2}")
+    pc = propose(st, LEVERS, box="c")
+    assert pc.kind == "confirm" and pc.change == other and pc.why.startswith(f"twin of arm {q1}"), pc
+
+
 def test_an_arm_begun_ahead_waits_while_its_base_is_pending_and_not_after(tmp_path):
     nt, _ = pending_night(tmp_path)
     base = BASE.with_change(*C)

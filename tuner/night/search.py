@@ -221,11 +221,12 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
     if not any(a.kind == "baseline" and a.verdict not in (None, Verdict.INTERRUPTED) for a in mine) \
             and (box is None or state.incumbent_key == state.baseline.key()):
         return Proposal("baseline", why="measure the starting shape" + (" on this box" if box else ""))
-    work_ahead = (lambda: sharing.ahead(state, box, lambda view: propose(
-        view, levers, recheck_every=recheck_every, confirm=True, spend=False, box=box, ahead=False))) \
-        if box is not None and confirm and ahead else (lambda: None)
-    if box is not None and sharing.landing(state, box):
-        p = work_ahead()                       # a boot of the incumbent now would measure one about to be replaced
+    work_ahead = (lambda moves=None: sharing.ahead(state, box, lambda view: propose(
+        view, levers, recheck_every=recheck_every, confirm=True, spend=False, box=box, ahead=False), moves)) \
+        if box is not None and confirm and ahead else (lambda moves=None: None)
+    land = sharing.landing(state, box) if box is not None else None
+    if land is not None:
+        p = work_ahead([land])                 # a boot of the incumbent now would measure one about to be replaced
         if p is not None:
             return p
     if box is not None and state.incumbent_boots(box) < 1:

@@ -132,15 +132,15 @@ def outruns(state: State, key: tuple[str, str]) -> bool:
     return effect is not None and any(arm.challenger != key and m["effect"] >= effect for m, arm in pending_moves(state))
 
 
-def landing(state: State, box: str) -> bool:
+def landing(state: State, box: str) -> tuple[dict, object] | None:
     """On a shared campaign: whether a move is landing on another box: it is closing two boots or
     more of a likely next incumbent now (``in_hand``: what a move rests on). A boot of the current
     incumbent on ``box`` (its own first, the start's second, a bracket of another challenger, a
     re-measure) would then most likely measure a shape that no longer leads when it ends, while
-    a boot of the incumbent-to-be is what this box needs next anyway: it works ahead (``ahead``)
-    first. If the move does not come, the boot of the incumbent is still there to take. Off with
-    ``LANDING``."""
-    return LANDING and any(in_hand(state, c, box) >= 2 for c, _ in pending_moves(state))
+    a boot of the incumbent-to-be is what this box needs next anyway: it works ahead of that move
+    (``ahead``) first. If the move does not come, the boot of the incumbent is still there to take.
+    The (comparison, arm) of that move, None when none lands; off with ``LANDING``."""
+    return next(((c, arm) for c, arm in pending_moves(state) if in_hand(state, c, box) >= 2), None) if LANDING else None
 
 
 def twin(state: State, box: str, busy: set) -> Proposal | None:
@@ -206,15 +206,16 @@ def pending_moves(state: State) -> list[tuple[dict, object]]:
     return out
 
 
-def ahead(state: State, box: str, policy: Callable[[State], Proposal | None]) -> Proposal | None:
+def ahead(state: State, box: str, policy: Callable[[State], Proposal | None],
+          moves: list[tuple[dict, object]] | None = None) -> Proposal | None:
     """On a shared campaign: this box's next arm at the incumbent-to-be (tuner/night/ahead.py).
-    For the likeliest pending move (``pending_moves``): a box with no boot of that shape yet boots
+    For the likeliest pending move (``pending_moves``, or ``moves``: the one landing): a box with no boot of that shape yet boots
     it (a twin: more evidence for the move, and this box's own boot of the incumbent-to-be); a box
     with one measures the next neighbour there, by ``policy`` (the search's, as at the incumbent,
     never itself working ahead). Off with ``AHEAD``."""
     if not AHEAD or not others_at_work(state, box):
         return None                             # one box: its next arm is the bracket itself, nothing to overlap
-    for c, arm in pending_moves(state):
+    for c, arm in pending_moves(state) if moves is None else moves:
         if state.boots_of(arm.key, box) < 1:
             tried = any(a.box == box and a.key == arm.key and a.incumbent == state.incumbent_key
                         for a in state.arms.values())       # one that failed to boot here: not again
