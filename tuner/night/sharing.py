@@ -9,8 +9,8 @@ which asks it:
   - while another box closes two boots of a likely next incumbent (``pending_moves``), a box works
     ahead of that move (``ahead``, tuner/night/ahead.py) before it closes its own block of it
     (``in_hand``, ``brackets_here``) or boots the incumbent that move replaces (``landing``);
-  - a box neither confirms, twins nor brackets a challenger that a likely next incumbent reading
-    better by more outruns (``outruns``): once that move comes, the evidence is read again there;
+  - a box neither confirms, twins nor brackets a challenger outrun by a likely next incumbent that
+    reads better by as much or more (``outruns``): once that move comes, it is read again there;
   - boxes boot the undecided challenger of highest expected gain side by side (``join``).
 Each but ``in_flight`` is one constant below, on by default (tests and benches turn them off).
 """
