@@ -57,6 +57,14 @@ class Night:
                                   "sigma": [0.03, 0.03], "open": sum(not c for _, c in blocks),
                                   "blocks": [{"boot": b, "closed": c} for b, c in blocks]})
 
+    def better_on_two(self, box):
+        """C called better (+10 %) on ``box``'s probe and its second boot, both blocks open."""
+        p1 = self.arm(box, "probe", C, verdict="better", obj=28.6)
+        self.compare(p1, C, 0.10, 1, [(p1, False)], verdict="better")
+        p2 = self.arm(box, "confirm", C, verdict="better", obj=28.7)
+        self.compare(p2, C, 0.10, 2, [(p1, False), (p2, False)], verdict="better")
+        return p1, p2
+
     def state(self):
         return replay(self.j.records, BASE, LEVERS)
 
@@ -144,10 +152,7 @@ def test_a_box_boots_the_likelier_next_incumbent_before_confirming_a_challenger_
     is confirmed; one box alone confirms as before."""
     other = ("max-num-seqs", 3)
     nt = Night(tmp_path, "ab")
-    p1 = nt.arm("a", "probe", C, verdict="better", obj=28.6)
-    nt.compare(p1, C, 0.10, 1, [(p1, False)], verdict="better")
-    p2 = nt.arm("a", "confirm", C, verdict="better", obj=28.7)
-    nt.compare(p2, C, 0.10, 2, [(p1, False), (p2, False)], verdict="better")
+    p1, p2 = nt.better_on_two("a")
     q = nt.arm("b", "probe", other, verdict="better", obj=27.4)
     nt.compare(q, other, 0.05, 1, [(q, False)], verdict="better")
     st = nt.state()
@@ -168,10 +173,7 @@ def test_a_box_boots_the_incumbent_to_be_before_the_incumbent_a_landing_move_rep
     incumbent-to-be, ahead of that move), and brackets its own once the move did not come."""
     other = ("max-num-seqs", 3)
     nt = Night(tmp_path, "abc")
-    p1 = nt.arm("a", "probe", C, verdict="better", obj=28.6)
-    nt.compare(p1, C, 0.10, 1, [(p1, False)], verdict="better")
-    p2 = nt.arm("a", "confirm", C, verdict="better", obj=28.7)
-    nt.compare(p2, C, 0.10, 2, [(p1, False), (p2, False)], verdict="better")
+    p1, p2 = nt.better_on_two("a")
     q1 = nt.arm("c", "probe", other, verdict="undecided", obj=29.1)
     q2 = nt.arm("c", "confirm", other, verdict="undecided", obj=29.2)
     nt.compare(q2, other, 0.12, 2, [(q1, False), (q2, False)], se=0.03)
