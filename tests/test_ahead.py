@@ -133,11 +133,8 @@ def test_a_box_leaves_its_bracket_for_later_while_two_boots_of_the_challenger_ha
     p = propose(st, LEVERS, box="b")
     assert p.ahead == tw and p.kind == "probe" and p.why.startswith(f"ahead of arm {tw}"), p
     monkeypatch.setattr(sharing, "BRACKET_IN_HAND", False)
-    assert propose(st, LEVERS, box="b").ahead == tw             # the move is landing on a: b works ahead first
-    monkeypatch.setattr(sharing, "LANDING", False)
-    assert propose(st, LEVERS, box="b").kind == "recheck"
+    assert propose(st, LEVERS, box="b").kind == "recheck"      # (it reads promising, not called better: no landing)
     monkeypatch.setattr(sharing, "BRACKET_IN_HAND", True)
-    monkeypatch.setattr(sharing, "LANDING", True)
     assert sharing.in_hand(st, st.latest_comparisons()[(BASE.key(), C[0], "32")], "a") == 0   # not a's own recheck
     nt.compare(tw, C, 0.10, 3, [(p1, True), (p2, True), (tw, False)])  # a's closed: undecided on them
     r = next(a for a in nt.state().open_arms)
@@ -189,6 +186,9 @@ def test_a_box_boots_the_incumbent_to_be_before_the_incumbent_a_landing_move_rep
     monkeypatch.setattr(sharing, "LANDING", False)
     assert propose(st, LEVERS, box="c").why.startswith(f"bracket arm {q2}")
     monkeypatch.setattr(sharing, "LANDING", True)
+    nt.compare(p2, C, 0.10, 2, [(p1, False), (p2, False)])          # only promising, not called better:
+    assert sharing.landing(nt.state(), "c") is None                  # it may need more boots than these two
+    assert propose(nt.state(), LEVERS, box="c").why.startswith(f"bracket arm {q2}")
     nt.end(r, "recheck", 26.0)
     nt.compare(p2, C, 0.01, 2, [(p1, True), (p2, True)], verdict="parity")   # closed: no move
     assert propose(nt.state(), LEVERS, box="c").why.startswith(f"bracket arm {q2}")

@@ -204,7 +204,7 @@ def _pending_bracket(state: State, box: str | None = None) -> Proposal | None:
                 and (c.get("arm") or -1) > last_recheck \
                 and (box is None or (sharing.brackets_here(state, c, box)
                                      and not (sharing.others_at_work(state, box)
-                                              and sharing.outruns(state, (name, vt))))):
+                                              and sharing.outruns(state, (name, vt), called=True)))):
             return Proposal("recheck", why=f"bracket arm {c.get('arm')}: it reads better, but {c['open']} of its "
                                            "boots have no incumbent boot after them yet")
     return None

@@ -120,27 +120,32 @@ def opens_on(state: State, c: dict, box: str) -> bool:
     return False
 
 
-def outruns(state: State, key: tuple[str, str]) -> bool:
+def outruns(state: State, key: tuple[str, str], called: bool = False) -> bool:
     """On a shared campaign: whether challenger ``key`` (lever, value text), as its comparison at
-    the incumbent reads it, is outrun by a likely next incumbent (``pending_moves``) that reads
-    better by as much or more. Once that move comes this challenger is judged again at the new incumbent
-    (its reading carried as a prior), so another boot of it here (its second, a twin, a bracket)
-    is worth less than this box's own boot of the incumbent-to-be and what follows it (``twin``,
-    ``ahead``). Off with ``OUTRUN``."""
+    the incumbent reads it, is outrun by a likely next incumbent (``pending_moves``; ``called``:
+    one called ``better`` only) that reads better by as much or more. Once that move comes this
+    challenger is judged again at the new incumbent (its reading carried as a prior), so another
+    boot of it here is worth less than this box's own boot of the incumbent-to-be and what follows
+    it (``twin``, ``ahead``). Its second boot waits for any likely move; a twin or a bracket, which
+    a box gives a challenger another box holds or its own block, for one called better (a move
+    that reads better only by ``promising`` often needs more boots than it has). Off with
+    ``OUTRUN``."""
     c = state.comparison_at(state.incumbent_key, *key) if OUTRUN else None
     effect = (c or {}).get("effect")
-    return effect is not None and any(arm.challenger != key and m["effect"] >= effect for m, arm in pending_moves(state))
+    return effect is not None and any(arm.challenger != key and m["effect"] >= effect for m, arm in pending_moves(state)
+                                      if not called or m.get("verdict") == Verdict.BETTER)
 
 
 def landing(state: State, box: str) -> tuple[dict, object] | None:
     """On a shared campaign: whether a move is landing on another box: it is closing two boots or
-    more of a likely next incumbent now (``in_hand``: what a move rests on). A boot of the current
+    more of a likely next incumbent called ``better`` now (``in_hand``: what a move rests on). A boot of the current
     incumbent on ``box`` (its own first, the start's second, a bracket of another challenger, a
     re-measure) would then most likely measure a shape that no longer leads when it ends, while
     a boot of the incumbent-to-be is what this box needs next anyway: it works ahead of that move
     (``ahead``) first. If the move does not come, the boot of the incumbent is still there to take.
     The (comparison, arm) of that move, None when none lands; off with ``LANDING``."""
-    return next(((c, arm) for c, arm in pending_moves(state) if in_hand(state, c, box) >= 2), None) if LANDING else None
+    return next(((c, arm) for c, arm in pending_moves(state)
+                 if c.get("verdict") == Verdict.BETTER and in_hand(state, c, box) >= 2), None) if LANDING else None
 
 
 def twin(state: State, box: str, busy: set) -> Proposal | None:
@@ -173,7 +178,7 @@ def twin(state: State, box: str, busy: set) -> Proposal | None:
                                     and not (PROBE_FIRST and (c.get("boots") or [0])[0] < 2)):
                 continue
             why, worth = f"{c['verdict']} {c['effect']:+.1%} after {c['boots'][0]} boot(s) here", c["effect"]
-            if outruns(state, key):
+            if outruns(state, key, called=True):
                 continue                        # the likelier move first: this one is read again there
         else:
             earlier = [c for k, c in cmp.items() if k[1] == key[0] and k[2] == key[1]]
@@ -209,10 +214,10 @@ def pending_moves(state: State) -> list[tuple[dict, object]]:
 def ahead(state: State, box: str, policy: Callable[[State], Proposal | None],
           moves: list[tuple[dict, object]] | None = None) -> Proposal | None:
     """On a shared campaign: this box's next arm at the incumbent-to-be (tuner/night/ahead.py).
-    For the likeliest pending move (``pending_moves``, or ``moves``: the one landing): a box with no boot of that shape yet boots
-    it (a twin: more evidence for the move, and this box's own boot of the incumbent-to-be); a box
-    with one measures the next neighbour there, by ``policy`` (the search's, as at the incumbent,
-    never itself working ahead). Off with ``AHEAD``."""
+    For the likeliest pending move (``pending_moves``, or ``moves``: the one landing): a box with
+    no boot of that shape yet boots it (a twin: more evidence for the move, and this box's own boot
+    of the incumbent-to-be); a box with one measures the next neighbour there, by ``policy`` (the
+    search's, as at the incumbent, never itself working ahead). Off with ``AHEAD``."""
     if not AHEAD or not others_at_work(state, box):
         return None                             # one box: its next arm is the bracket itself, nothing to overlap
     for c, arm in pending_moves(state) if moves is None else moves:
