@@ -224,7 +224,7 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
     work_ahead = (lambda moves=None: sharing.ahead(state, box, lambda view: propose(
         view, levers, recheck_every=recheck_every, confirm=True, spend=False, box=box, ahead=False), moves)) \
         if box is not None and confirm and ahead else (lambda moves=None: None)
-    land = sharing.landing(state, box) if box is not None else None
+    land = sharing.landing(state, box) if box is not None and confirm and ahead else None
     if land is not None:
         p = work_ahead([land])                 # a boot of the incumbent now would measure one about to be replaced
         if p is not None:
@@ -239,8 +239,8 @@ def propose(state: State, levers: dict[str, Lever], *, recheck_every: int = 6, c
         return Proposal("recheck", why="re-measure the starting shape at once: the first noise estimate")
     if confirm:
         p = _pending_confirm(state, done)
-        if p is not None and (p.change[0], values.text(p.change[1])) not in busy \
-                and not (box is not None and sharing.outruns(state, (p.change[0], values.text(p.change[1])))):
+        key = (p.change[0], values.text(p.change[1])) if p is not None else None
+        if p is not None and key not in busy and not (box is not None and sharing.outruns(state, key)):
             return p
     p = _pending_bracket(state, box)
     if p is not None:

@@ -138,8 +138,8 @@ def outruns(state: State, key: tuple[str, str], called: bool = False) -> bool:
 
 def landing(state: State, box: str) -> tuple[dict, object] | None:
     """On a shared campaign: whether a move is landing on another box: it is closing two boots or
-    more of a likely next incumbent called ``better`` now (``in_hand``: what a move rests on). A boot of the current
-    incumbent on ``box`` (its own first, the start's second, a bracket of another challenger, a
+    more of a likely next incumbent called ``better`` now (``in_hand``: what a move rests on). A
+    boot of the current incumbent on ``box`` (its own first, the start's second, a bracket of another challenger, a
     re-measure) would then most likely measure a shape that no longer leads when it ends, while
     a boot of the incumbent-to-be is what this box needs next anyway: it works ahead of that move
     (``ahead``) first. If the move does not come, the boot of the incumbent is still there to take.
