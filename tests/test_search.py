@@ -271,3 +271,77 @@ def test_a_large_reading_carried_across_a_large_move_is_read_again_before_an_unt
     st = big.state()
     assert carried_sigma(st, 0.04, -0.5, 2) > 10 * carried_sigma(st, 0.04, -0.5, 99)   # nothing moved since arm 99
     assert carried_sigma(st, 0.04, -0.5, 2) > 2 * carried_sigma(st, 0.04, -0.02, 2)
+
+
+def _moved(j, n, shape, change, previous_value, effect):
+    j.j.append("incumbent", arm=n, shape=shape.to_dict(), score=SC(30.0), samples=[30.0], previous=j.inc.key(),
+               change=[change[0], encode_value(change[1])], previous_value=encode_value(previous_value),
+               comparison={"effect": effect})
+    j.inc = shape
+
+
+def test_a_value_read_beside_the_one_that_won_is_carried_from_the_winner(tmp_path):
+    """At the first incumbent gather chunks 32 read +7 % and 64 read +4 %, both better; 32 wins.
+    From 32, 64 is expected at about 1.04 / 1.07 - 1 = -2.8 % (effects in ratio add), not +4 %:
+    it waits behind the untried changes, and another box probing it is not given a twin."""
+    from tuner.night.gain import carried_effect
+    from tuner.night.sharing import twin
+
+    levers = {**LEVERS, "env.R4D_LRU_GATHER_CHUNKS": Lever.from_spec("env.R4D_LRU_GATHER_CHUNKS", [8, 32, 64])}
+    j = J(tmp_path)
+    j.arm("baseline", verdict="baseline", obj=30.0)
+    j.arm("recheck", verdict="recheck", obj=30.1)
+    base = j.inc.key()
+    for v, eff in ((64, 0.04), (32, 0.07)):
+        n, shape = j.arm("probe", ("env.R4D_LRU_GATHER_CHUNKS", v), verdict="better", obj=30.0 * (1 + eff), delta=eff)
+        _cmp(j, n, ("env.R4D_LRU_GATHER_CHUNKS", v), "better", eff, eff - 0.02, eff + 0.02, boots=2)
+    _moved(j, n, shape, ("env.R4D_LRU_GATHER_CHUNKS", 32), 8, 0.07)
+    j.arm("recheck", verdict="recheck", obj=32.1)
+    st = j.state()
+    assert carried_effect(st, base, "env.R4D_LRU_GATHER_CHUNKS", 0.04) == pytest.approx(1.04 / 1.07 - 1)
+    assert carried_effect(st, base, "max-num-seqs", 0.04) == 0.04                 # another lever: as read
+    assert carried_effect(st, st.incumbent_key, "env.R4D_LRU_GATHER_CHUNKS", 0.04) == 0.04   # read here
+    cands = [(c[1], c[2], c[3]) for c in candidates(st, levers)]
+    order = [c[:2] for c in cands]
+    assert order.index(("env.R4D_LRU_GATHER_CHUNKS", 64)) > order.index(("max-num-seqs", 2))
+    assert "-2.8% from this env.R4D_LRU_GATHER_CHUNKS" in dict(((c[0], c[1]), c[2]) for c in cands)[
+        ("env.R4D_LRU_GATHER_CHUNKS", 64)]
+    # another box probes 64 here now: a value that read better only beside the winner gets no twin
+    j.j.append("arm_start", arm=99, kind="probe", shape=j.inc.with_change("env.R4D_LRU_GATHER_CHUNKS", 64).to_dict(),
+               incumbent=j.inc.key(), change=["env.R4D_LRU_GATHER_CHUNKS", 64], box="b")
+    assert twin(j.state(), "a", set()) is None
+    # a lever that did not move keeps its reading, and its twin
+    k = ("max-num-seqs", 3)
+    j2 = J(tmp_path / "other")
+    j2.arm("baseline", verdict="baseline", obj=30.0)
+    j2.arm("recheck", verdict="recheck", obj=30.1)
+    n, _ = j2.arm("probe", k, verdict="better", obj=31.2, delta=0.04)
+    _cmp(j2, n, k, "better", 0.04, 0.02, 0.06, boots=2)
+    n, shape = j2.arm("probe", ("env.R4D_LRU_GATHER_CHUNKS", 32), verdict="better", obj=32.1, delta=0.07)
+    _moved(j2, n, shape, ("env.R4D_LRU_GATHER_CHUNKS", 32), 8, 0.07)
+    j2.j.append("arm_start", arm=99, kind="probe", shape=j2.inc.with_change(*k).to_dict(), incumbent=j2.inc.key(),
+                change=[k[0], 3], box="b")
+    p = twin(j2.state(), "a", set())
+    assert p is not None and p.change == k and "+4.0%" in p.why
+
+
+def test_a_change_pruned_at_a_later_incumbent_is_not_carried_from_an_earlier_reading(tmp_path):
+    """Prefetch 2 read -3 % at the first incumbent (a comparison); after prefetch moved to absent
+    (+47 %) its probe was pruned at -70 % (no comparison: stopped after its first depth). After the
+    next move its latest probe is what it is carried from, not the -3 % from before: it waits
+    behind the untried changes instead of being probed again after every move."""
+    j = J(tmp_path)
+    j.arm("baseline", verdict="baseline", obj=30.0)
+    j.arm("recheck", verdict="recheck", obj=30.1)
+    n, _ = j.arm("probe", ("expert-prefetch", 2), verdict="worse", obj=29.0, delta=-0.03)
+    _cmp(j, n, ("expert-prefetch", 2), "worse", -0.03, -0.05, -0.01, boots=1)
+    n, shape = j.arm("probe", ("expert-prefetch", ABSENT), verdict="better", obj=44.0, delta=0.47)
+    _moved(j, n, shape, ("expert-prefetch", ABSENT), 1, 0.47)
+    j.arm("recheck", verdict="recheck", obj=44.1)
+    j.arm("probe", ("expert-prefetch", 2), verdict="worse", obj=None, reason="pruned after depth 166: 12 vs 44 tok/s")
+    n, shape = j.arm("probe", ("env.R4D_LRU_GATHER_CHUNKS", 32), verdict="better", obj=47.0, delta=0.07)
+    _moved(j, n, shape, ("env.R4D_LRU_GATHER_CHUNKS", 32), 8, 0.07)
+    j.arm("recheck", verdict="recheck", obj=47.1)
+    cands = {(c[1], c[2]): (i, c[3]) for i, c in enumerate(candidates(j.state(), LEVERS))}
+    assert cands[("expert-prefetch", 2)][1] == "worse at an earlier incumbent"          # its latest probe
+    assert cands[("expert-prefetch", 2)][0] > cands[("max-num-seqs", 2)][0]

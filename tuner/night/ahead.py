@@ -46,7 +46,7 @@ def supposing(state: State, n: int) -> State:
     view.samples = [a.end["score"]["objective"] for a in state.finished()
                     if a.key == arm.key and (a.end or {}).get("score")
                     and a.end["score"].get("objective") is not None and a.verdict != "corrupt"]
-    move = {"op": "incumbent", "arm": arm.n, "supposed": True,
+    move = {"op": "incumbent", "arm": arm.n, "supposed": True, "previous": state.incumbent_key,
             "change": [arm.change[0], values.encode(arm.change[1])],
             "previous_value": values.encode(state.incumbent.value_of(arm.change[0]))}
     c = base_comparison(state, arm)

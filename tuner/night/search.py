@@ -8,8 +8,10 @@ blocks, tuner/night/blocks.py), and re-measure the incumbent every K arms. Then
 the next challenger is the one-change neighbour of highest *expected gain*, E[max(0, X)] for
 X ~ N(mu, sigma^2), where mu and sigma come from
   - the sequential comparison at this incumbent, when it is still undecided (another boot);
-  - the comparison at an earlier incumbent, carried over (effects are mostly additive; sigma is
-    widened for interactions);
+  - the comparison at an earlier incumbent, carried over (effects are mostly additive: a value of
+    a lever that moved since is read from the value that won, ``gain.carried_effect``; sigma is
+    widened for interactions), or the change's latest probe where one came after it (pruned at its
+    first depth, it has no comparison of its own);
   - for an untried change, a prior raised by the engine's own evidence (a constraint the
     incumbent misses points at the capacity levers, a low prefetch precision at prefetch, a low
     spec acceptance at spec depth) and by adjacency (the lever whose value just won),
@@ -37,7 +39,7 @@ from arms import values
 from arms.values import decode as decode_value, encode as encode_value  # noqa: F401 - the codec's names, for importers
 from arms.verdict import Verdict
 from tuner.night import sharing
-from tuner.night.gain import BOOTS_CAP, carried_sigma, expected_gain, promising, provable
+from tuner.night.gain import BOOTS_CAP, carried_effect, carried_sigma, expected_gain, promising, provable
 from tuner.night.proposal import Proposal
 from tuner.night.state import MEMORY, STRUCTURAL, State
 from tuner.night.verdict import by_constraint
@@ -120,10 +122,14 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
                             f"undecided {c['effect']:+.1%} ± {se:.1%} after {c['boots'][0]} boot(s): another boot"))
                 continue
             earlier = [k for k in cmp if k[1] == name and k[2] == vt]
+            if earlier and past and past[-1].n > (cmp[earlier[-1]].get("arm") or -1):
+                earlier = []                    # a later probe (pruned, failed for memory) says more
             if earlier:
                 c = cmp[earlier[-1]]
-                mu, sigma = c["effect"], carried_sigma(state, c["se"], c["effect"], c.get("arm"))
-                why = f"{c['verdict']} at an earlier incumbent ({c['effect']:+.1%})"
+                mu = carried_effect(state, earlier[-1][0], name, c["effect"])
+                sigma = carried_sigma(state, c["se"], c["effect"], c.get("arm"))
+                why = f"{c['verdict']} at an earlier incumbent ({c['effect']:+.1%}" + \
+                    (f"; {mu:+.1%} from this {name})" if mu != c["effect"] else ")")
                 out.append((-expected_gain(mu, sigma, provable(c)) + tie, name, value, why))
                 continue
             elif past and boot_classes & MEMORY:
@@ -140,8 +146,8 @@ def candidates(state: State, levers: dict[str, Lever]) -> list[tuple[float, str,
                 d = (last.end or {}).get("delta")
                 if d is None and last.verdict == Verdict.WORSE:
                     d = -0.3                    # pruned after its first depth, or no objective at all
-                mu = d or 0.0
-                sigma = carried_sigma(state, 0.04, mu, last.n)
+                mu = carried_effect(state, last.incumbent, name, d) if d else 0.0
+                sigma = carried_sigma(state, 0.04, d or 0.0, last.n)
                 why = f"{last.verdict} at an earlier incumbent"
             else:
                 mu, why_e = evidence(state, name)

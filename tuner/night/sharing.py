@@ -22,7 +22,7 @@ from typing import Callable
 from arms import values
 from arms.verdict import Verdict
 from tuner.night.ahead import supposing
-from tuner.night.gain import BOOTS_CAP, promising
+from tuner.night.gain import BOOTS_CAP, carried_effect, promising
 from tuner.night.proposal import Proposal
 from tuner.night.state import State
 
@@ -151,7 +151,8 @@ def landing(state: State, box: str) -> tuple[dict, object] | None:
 def twin(state: State, box: str, busy: set) -> Proposal | None:
     """On a shared campaign: this box's boot of a challenger another box has in hand at this
     incumbent, when the evidence already says better (called ``better`` or ``promising`` here, or
-    ``better`` at an earlier incumbent: effects mostly carry) and this box has no boot of it here
+    ``better`` at an earlier incumbent and still above zero read from
+    its lever's value now, ``carried_effect``: effects mostly carry) and this box has no boot of it here
     yet: one running on another box now, one whose better reading waits only for its bracket, or
     (``PROBE_FIRST``) one read better on a single boot whose block is closed already.
     Such a challenger needs two boots or more, each bracketed on its own box, before it can move
@@ -181,10 +182,14 @@ def twin(state: State, box: str, busy: set) -> Proposal | None:
             if outruns(state, key, called=True):
                 continue                        # the likelier move first: this one is read again there
         else:
-            earlier = [c for k, c in cmp.items() if k[1] == key[0] and k[2] == key[1]]
-            if key not in running or not earlier or earlier[-1].get("verdict") != Verdict.BETTER:
+            earlier = [k for k in cmp if k[1] == key[0] and k[2] == key[1]]
+            if key not in running or not earlier or cmp[earlier[-1]].get("verdict") != Verdict.BETTER:
                 continue
-            why, worth = f"better at an earlier incumbent ({earlier[-1]['effect']:+.1%})", earlier[-1]["effect"]
+            read = cmp[earlier[-1]]["effect"]
+            worth = carried_effect(state, earlier[-1][0], key[0], read)
+            if worth <= 0:
+                continue                        # its lever moved since: it read better beside the value that won
+            why = f"better at an earlier incumbent ({read:+.1%})"
         if best is None or worth > best[0]:
             best = (worth, a, why)
     if best is None:
