@@ -151,9 +151,9 @@ def landing(state: State, box: str) -> tuple[dict, object] | None:
 def twin(state: State, box: str, busy: set) -> Proposal | None:
     """On a shared campaign: this box's boot of a challenger another box has in hand at this
     incumbent, when the evidence already says better (called ``better`` or ``promising`` here, or
-    ``better`` at an earlier incumbent and still above zero read from
-    its lever's value now, ``carried_effect``: effects mostly carry) and this box has no boot of it here
-    yet: one running on another box now, one whose better reading waits only for its bracket, or
+    ``better`` at an earlier incumbent and still above zero from its lever's value now,
+    ``carried_effect``: effects mostly carry) and this box has no boot of it here yet: one
+    running on another box now, one whose better reading waits only for its bracket, or
     (``PROBE_FIRST``) one read better on a single boot whose block is closed already.
     Such a challenger needs two boots or more, each bracketed on its own box, before it can move
     anything (``verdict.promotes``); run side by side, the boxes' A B A blocks take the time of
