@@ -72,9 +72,9 @@ def carried_effect(state: State, key: str, name: str, effect: float) -> float:
     (1 + effect) / (1 + e) - 1, move after move (a value that read +4 % beside one that won with
     +7 % reads -3 % from the winner). Moves of other levers leave the mean alone; their
     interactions widen its sigma (``carried_sigma``)."""
-    seen = key == state.incumbent_key
-    if seen:
+    if key == state.incumbent_key:
         return effect
+    seen = False
     for m in state.moves:
         seen = seen or m.get("previous") == key
         e = (m.get("comparison") or {}).get("effect")

@@ -182,11 +182,11 @@ def twin(state: State, box: str, busy: set) -> Proposal | None:
             if outruns(state, key, called=True):
                 continue                        # the likelier move first: this one is read again there
         else:
-            earlier = [k for k in cmp if k[1] == key[0] and k[2] == key[1]]
-            if key not in running or not earlier or cmp[earlier[-1]].get("verdict") != Verdict.BETTER:
+            at = next((k for k in reversed(cmp) if k[1] == key[0] and k[2] == key[1]), None)   # its latest, any incumbent
+            if key not in running or at is None or cmp[at].get("verdict") != Verdict.BETTER:
                 continue
-            read = cmp[earlier[-1]]["effect"]
-            worth = carried_effect(state, earlier[-1][0], key[0], read)
+            read = cmp[at]["effect"]
+            worth = carried_effect(state, at[0], key[0], read)
             if worth <= 0:
                 continue                        # its lever moved since: it read better beside the value that won
             why = f"better at an earlier incumbent ({read:+.1%})"
