@@ -97,6 +97,21 @@ def night(job: tuple[str, int, int]) -> tuple[str, int, int, dict]:
                            "final": (t.obj(inc) or 0.0) / t.optimum}
 
 
+def nights(fn, names: list[str], seeds: int, counts: list[int], *, hours: float, within: float, jobs: int) -> list:
+    """``fn((landscape, seed, boxes))`` for every night, ``jobs`` at a time, under one private
+    PostgreSQL server (``_CTX`` holds the landscapes' truths, the budget and the server's URL)."""
+    logging.disable(logging.WARNING)
+    truths = {}
+    for name in names:
+        camp, _ = se.campaign(Path(tempfile.mkdtemp()), name, "truth", 0, se.CAMPAIGNS[name]["levers"])
+        truths[name] = se.Truth(name, camp.baseline)
+    with PgServer(Path(tempfile.mkdtemp(prefix="fleet-pg-", dir="/tmp"))) as pg:
+        _CTX.update(truths=truths, hours=hours, within=within, url=pg.url)
+        work = [(name, seed, n) for name in names for seed in range(seeds) for n in counts]
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            return pool.map(fn, work, chunksize=1)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=20)
@@ -108,19 +123,10 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", default=None, help="write each night's result here too")
     args = ap.parse_args()
-    logging.disable(logging.WARNING)
     names = args.landscapes.split(",")
     counts = [int(x) for x in args.boxes.split(",")]
-    truths = {}
-    for name in names:
-        camp, _ = se.campaign(Path(tempfile.mkdtemp()), name, "truth", 0, se.CAMPAIGNS[name]["levers"])
-        truths[name] = se.Truth(name, camp.baseline)
     t0 = time.time()
-    with PgServer(Path(tempfile.mkdtemp(prefix="fleet-pg-", dir="/tmp"))) as pg:
-        _CTX.update(truths=truths, hours=args.hours, within=args.within, url=pg.url)
-        jobs = [(name, seed, n) for name in names for seed in range(args.seeds) for n in counts]
-        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
-            done = pool.map(night, jobs, chunksize=1)
+    done = nights(night, names, args.seeds, counts, hours=args.hours, within=args.within, jobs=args.jobs)
     res = {(name, seed, n): r for name, seed, n, r in done}
     if args.json:
         Path(args.json).write_text(json.dumps([{"landscape": name, "seed": seed, **r, "box_count": n}
