@@ -67,6 +67,12 @@ def shared_records(url: str, campaign: str) -> list[dict]:
 
 
 def night(job: tuple[str, int, int]) -> tuple[str, int, int, dict]:
+    """One night's result: (landscape, seed, boxes, what the table counts)."""
+    return (*job, night_records(job)[0])
+
+
+def night_records(job: tuple[str, int, int]) -> tuple[dict, list[dict]]:
+    """One night of ``job`` (landscape, seed, boxes): what the table counts, and the shared records."""
     name, seed, n = job
     logging.disable(logging.WARNING)
     t, hours, within, url = _CTX["truths"][name], _CTX["hours"], _CTX["within"], _CTX["url"]
@@ -93,8 +99,8 @@ def night(job: tuple[str, int, int]) -> tuple[str, int, int, dict]:
         false += tr.objective is None or tr.objective <= prev * (1 + 1e-9)
         prev = tr.objective or 0.0
     arms = sum(r["op"] == "arm_start" for r in recs)
-    return name, seed, n, {**out, "arms": arms, "false": false, "errors": errors, "boxes": boxes,
-                           "final": (t.obj(inc) or 0.0) / t.optimum}
+    return {**out, "arms": arms, "false": false, "errors": errors, "boxes": boxes,
+            "final": (t.obj(inc) or 0.0) / t.optimum}, recs
 
 
 def nights(fn, names: list[str], seeds: int, counts: list[int], *, hours: float, within: float, jobs: int) -> list:

@@ -73,10 +73,9 @@ def roles(recs: list[dict], until_h: float) -> dict[str, float]:
 
 
 def night(job: tuple[str, int, int]) -> tuple[str, int, int, float, dict]:
-    name, seed, n = job
-    _, _, _, r = fleet.night(job)
+    r, recs = fleet.night_records(job)
     hours = r["reached_h"] or fleet._CTX["hours"]
-    return name, seed, n, hours, dict(roles(fleet.shared_records(fleet._CTX["url"], f"{name}-s{seed}-b{n}"), hours))
+    return (*job, hours, dict(roles(recs, hours)))
 
 
 def main() -> int:
