@@ -66,6 +66,11 @@ def shared_records(url: str, campaign: str) -> list[dict]:
         return [why_damaged(line.encode())[1] for (line,) in cur.fetchall()]
 
 
+def night_hours(t: float) -> float:
+    """A journal time of a simulated night (the simulated host's clock) as hours into the night."""
+    return (t - EPOCH.timestamp()) / 3600
+
+
 def night(job: tuple[str, int, int]) -> tuple[str, int, int, dict]:
     """One night's result: (landscape, seed, boxes, what the table counts)."""
     return (*job, night_records(job)[0])
@@ -84,7 +89,7 @@ def night_records(job: tuple[str, int, int]) -> tuple[dict, list[dict]]:
 
     def on_arm(box, st, end):
         if out["reached_h"] is None and (t.obj(st.incumbent) or 0.0) >= t.optimum * (1 - within) and end.get("t"):
-            out["reached_h"] = (end["t"] - EPOCH.timestamp()) / 3600
+            out["reached_h"] = night_hours(end["t"])
 
     boxes = factors(seed, n)
     runs = run_fleet(path, url, boxes, landscape=se.LANDSCAPES / f"{name}.yaml", seed=seed, hours=hours,

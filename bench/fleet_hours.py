@@ -29,10 +29,9 @@ import time
 import fleet
 from simbench import emit
 
-from host.simhost import EPOCH
-
 ROLES = ("baseline", "incumbent boot", "winner, first box", "winner, other boxes", "other challenger",
          "failed boot")
+TAXED = ("baseline", "incumbent boot", "winner, other boxes")     # the roles every box pays for itself
 
 
 def roles(recs: list[dict], until_h: float) -> dict[str, float]:
@@ -53,7 +52,7 @@ def roles(recs: list[dict], until_h: float) -> dict[str, float]:
         s = starts.get(r["arm"]) if r["op"] == "arm_end" else None
         if s is None or s.get("t") is None or r.get("t") is None:
             continue
-        t0, t1 = ((x - EPOCH.timestamp()) / 3600 for x in (s["t"], r["t"]))
+        t0, t1 = fleet.night_hours(s["t"]), fleet.night_hours(r["t"])
         if t0 >= until_h:
             continue
         verdict = r.get("verdict") or ""
@@ -100,14 +99,13 @@ def main() -> int:
              " | box-hours | tax | floor |", "|---" * (len(ROLES) + 7) + "|"]
     for name in names:
         rows = {n: [d for d in done if d[0] == name and d[2] == n] for n in counts}
+        means = {n: {role: statistics.mean(d[4].get(role, 0.0) for d in rows[n]) for role in ROLES} for n in counts}
         one = {d[1]: d for d in rows.get(1, [])}
-        mean1 = {role: statistics.mean(d[4].get(role, 0.0) for d in one.values()) for role in ROLES} if one else {}
         h1 = statistics.mean(d[3] for d in one.values()) if one else float("nan")
         for n in counts:
-            mean = {role: statistics.mean(d[4].get(role, 0.0) for d in rows[n]) for role in ROLES}
+            mean = means[n]
             ratio = statistics.median(d[3] / one[d[1]][3] for d in rows[n]) if one else float("nan")
-            tax = sum(mean[r] - mean1.get(r, 0.0) for r in ("baseline", "incumbent boot", "winner, other boxes")) \
-                if one else float("nan")
+            tax = sum(mean[r] - means[1][r] for r in TAXED) if one else float("nan")
             lines.append(f"| {name} | {n} | {statistics.median(d[3] for d in rows[n]):.2f} | {ratio:.2f} | "
                          + " | ".join(f"{mean[r]:.2f}" for r in ROLES)
                          + f" | {sum(mean.values()):.2f} | {tax:.2f} | {(h1 + tax) / n / h1:.2f} |")
