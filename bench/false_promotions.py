@@ -9,8 +9,15 @@ boot under test, whose runs grow batch by batch while the comparison is undecide
 test of the growing boot could promote. Per cell: how often a zero-effect challenger is
 promoted, against the look's stated rate, with each test run at
   - the look's whole rate (``peeks=1``: only the last test charged, the loop before the split),
-  - the rate split over the boot's tests (``look_alpha(..., peeks=EXTEND_CAP)``, the loop now),
+  - the rate split over the boot's tests (``look_alpha(..., peeks=EXTEND_CAP)``, the loop since),
 for a challenger as noisy as the incumbent and one twice as noisy (a noisy lever).
+
+Since comparisons are blocked in time (issue 19) the boot under test is open (no incumbent boot
+after it yet): its tests promote nothing; they still stop its runs once decided, and the look
+that brackets it (an incumbent boot after it) reads those runs. The last cells run that: the
+growing boot's tests at the rate split over them (an efficacy stop at an interim look), then the
+bracketing look's one test, on one more incumbent boot, at its whole rate (a bracket tests once
+and stops nothing: ``Judging._bracket``, ``peeks=1``) or split as before.
 
   .venv/bin/python bench/false_promotions.py [--trials 20000] [--alpha 0.001] [--runs 3] [--out FILE]
 """
@@ -48,6 +55,24 @@ def promoted(rng: random.Random, alpha: float, sigma_c: float, runs: int, peeks:
     return False
 
 
+def bracketed(rng: random.Random, alpha: float, sigma_c: float, runs: int, peeks: int) -> bool:
+    """One zero-effect challenger on its second boot, its runs grown and stopped by open tests
+    (which cannot promote), then bracketed by an incumbent boot and tested once at the look's rate
+    over ``peeks``: is it promoted?"""
+    boots = [_boot(rng, SIGMA, 2 * runs) for _ in range(2)]
+    first = _boot(rng, sigma_c, runs)
+    cur = _boot(rng, sigma_c, runs)
+    a = look_alpha(alpha, 1, 1)
+    for batch in range(1, EXTEND_CAP + 1):
+        c = compare(Side((first, cur)), Side(tuple(boots)), alpha=a / EXTEND_CAP)
+        if c.verdict != "undecided" or batch == EXTEND_CAP:
+            break
+        for d in DEPTHS:
+            cur[d] += [rng.gauss(0.0, sigma_c) for _ in range(runs)]
+    boots.append(_boot(rng, SIGMA, 2 * runs))
+    return compare(Side((first, cur)), Side(tuple(boots)), alpha=a / peeks).verdict == "better"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=20000)
@@ -64,9 +89,20 @@ def main() -> int:
              "", "| challenger noise | tests charged | promoted | observed rate | observed / stated |",
              "|---|---|---|---|---|"]
     for sigma_c in (SIGMA, 2 * SIGMA):
-        for peeks, label in ((1, "last test only (before)"), (EXTEND_CAP, f"every test: rate / {EXTEND_CAP} (now)")):
+        for peeks, label in ((1, "last test only (before)"), (EXTEND_CAP, f"every test: rate / {EXTEND_CAP}")):
             rng = random.Random(f"false-promotions:{sigma_c}:{peeks}")
             hits = sum(promoted(rng, args.alpha, sigma_c, args.runs, peeks) for _ in range(args.trials))
+            rate = hits / args.trials
+            lines.append(f"| {sigma_c:.0%} (incumbent {SIGMA:.0%}) | {label} | {hits} | {rate:.2e} | "
+                         f"{rate / stated:.2f} |")
+    lines += ["", "The boot under test open (blocked comparisons): its tests at the rate / "
+              f"{EXTEND_CAP} stop its runs, then the bracketing look tests once", "",
+              "| challenger noise | the bracketing test | promoted | observed rate | observed / stated |",
+              "|---|---|---|---|---|"]
+    for sigma_c in (SIGMA, 2 * SIGMA):
+        for peeks, label in ((EXTEND_CAP, f"rate / {EXTEND_CAP} (before)"), (1, "the look's whole rate (now)")):
+            rng = random.Random(f"false-promotions:bracketed:{sigma_c}:{peeks}")
+            hits = sum(bracketed(rng, args.alpha, sigma_c, args.runs, peeks) for _ in range(args.trials))
             rate = hits / args.trials
             lines.append(f"| {sigma_c:.0%} (incumbent {SIGMA:.0%}) | {label} | {hits} | {rate:.2e} | "
                          f"{rate / stated:.2f} |")

@@ -3,6 +3,7 @@ incumbent's boots bracket, the journal says which boots formed them, the search 
 incumbent to close them, and the Optuna study still agrees with the journal."""
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from simengine.landscape import DEFAULT_LANDSCAPE
@@ -42,6 +43,32 @@ def test_a_drifting_night_promotes_only_on_closed_blocks_and_journals_them(tmp_p
         assert m["seq"] > first_better_closed
     seen = [r["comparison"].get("drift_seen") for r in bracketed if r["comparison"].get("drift_seen") is not None]
     assert seen and sum(seen) / len(seen) > 0.005       # the blocks saw the +3 %/h the box drifted
+
+
+def test_a_bracketing_look_tests_at_its_whole_rate_a_growing_boot_at_its_share(tmp_path):
+    """A look at a boot whose runs grow while it is undecided splits the look's error rate over
+    the tests that may stop it (``EXTEND_CAP``); a bracketing look tests finished boots once, at
+    the look's whole rate (the move it makes needs fewer boots)."""
+    from tuner.night.campaign import load_campaign
+    from tuner.night.compare import look_alpha
+    from tuner.night.judging import EXTEND_CAP, planned_looks
+
+    path = campaign(tmp_path, "rates")
+    _, recs, _ = night(path, seed=1, landscape=drifting(tmp_path, 0.03), max_arms=24)
+    camp = load_campaign(path)
+    planned = planned_looks(camp.levers)
+    own = [r for r in recs if r["op"] == "compare" and r.get("change") and r.get("kind") is None]
+    bracketed = [r for r in recs if r["op"] == "compare" and r.get("kind") == "bracketed"]
+    assert own and bracketed
+    for r in own:
+        assert r["comparison"]["alpha"] == pytest.approx(
+            look_alpha(camp.search.error_rate, r["look"], planned, EXTEND_CAP), rel=1e-3)
+    for r in bracketed:
+        assert r["comparison"]["alpha"] == pytest.approx(look_alpha(camp.search.error_rate, r["look"], planned),
+                                                         rel=1e-3)
+    moved_by_bracket = [m for m in recs if m["op"] == "incumbent" and any(
+        b["seq"] < m["seq"] and b["arm"] == m["arm"] for b in bracketed)]
+    assert moved_by_bracket, "on a drifting box a move waits for the incumbent boot that closes its block"
 
 
 def test_the_study_agrees_with_the_journal_after_bracketed_moves(tmp_path):

@@ -124,7 +124,7 @@ def test_t_quantiles_and_few_runs_need_more_than_the_normal_bound():
 
 def test_a_looks_rate_is_split_over_every_test_of_its_growing_boot():
     """The loop tests a boot after every batch of runs and stops once it is decided: each of
-    those tests could promote, so each runs at the look's rate over the cap."""
+    those tests may stop it on a better reading, so each runs at the look's rate over the cap."""
     from tuner.night.judging import EXTEND_CAP
 
     for k in (1, 7, 40):

@@ -16,7 +16,12 @@ and a look whose boot may be tested up to P times as its runs grow (the loop's e
 runs each test at alpha_k / P. So the chance that a night promotes any change that is not truly
 better is at most alpha, whatever the number of comparisons and however often a boot is peeked
 at (bench/results/false_promotions.md measures it: without the split the peeks made a look's
-real error rate 1.5-1.8x its stated one, with it 0.25-0.33x). Dropping a challenger (worse, or
+real error rate 1.5-1.8x its stated one, with it 0.25-0.33x). Blocked in time
+(``tuner/night/blocks.py``), a growing boot is open and its tests promote nothing; they are
+charged because a ``better`` reading stops its runs at a high point and the look that brackets
+it later reads them (an efficacy stop at an interim look; a stop on ``worse`` or ``parity``, a
+futility stop, does not raise a later look's rate). The bracketing look tests finished boots
+once and stops nothing: it runs at the whole alpha_k. Dropping a challenger (worse, or
 parity: it cannot be worth the minimum effect) is tested at a fixed ``drop_alpha`` per look: a
 wrong drop costs a missed gain, never a false promotion, and the night re-examines the closest
 drops while it has budget.
@@ -280,7 +285,8 @@ def look_alpha(alpha: float, k: int, planned: int, peeks: int = 1) -> float:
     """The error rate of one test of the k-th (1-based) promotion look: the look's share of the
     night's family error rate ``alpha``, split evenly over the ``peeks`` times its boot's runs
     may be tested (a boot measures more runs while its comparison is undecided and stops as soon
-    as it is decided: each of those tests could promote, so each is charged)."""
+    as it is decided: each of those tests may stop it on a ``better`` reading, so each is
+    charged); a look at finished boots tests once (``peeks`` 1)."""
     L = max(1, planned)
     return alpha * L / ((k + L - 1) * (k + L)) / max(1, peeks)
 

@@ -23,6 +23,11 @@ log = logging.getLogger("tuner.loop")
 EXTEND_CAP = 4        # a challenger's boot measures at most this many times the plan's runs
 
 
+def planned_looks(levers: dict) -> int:
+    """The night's planned promotion looks (``look_alpha``'s L): three per neighbour value."""
+    return 3 * sum(max(1, len(lv.values) - 1) for lv in levers.values())
+
+
 class Judging:
     """The comparison half of ``CampaignLoop`` (a mixin: it uses the loop's ``journal``, ``camp``,
     ``host``, ``_boots``, ``_replay``, ``_promote`` and ``_tell_waiting``)."""
@@ -42,7 +47,7 @@ class Judging:
         return self.camp.search.error_rate
 
     def _planned_looks(self) -> int:
-        return 3 * sum(max(1, len(lv.values) - 1) for lv in self.camp.levers.values())
+        return planned_looks(self.camp.levers)
 
     def _depth(self) -> int | None:
         obj = self.camp.search.objective
@@ -52,10 +57,13 @@ class Judging:
         return self.camp.search.objective.kind in ("decode", "decode_geomean")
 
     def _compare(self, st: State, shape, extra: dict | None, against=None, arm: int | None = None,
-                 closed_only: bool = False):
+                 closed_only: bool = False, peeks: int = EXTEND_CAP):
         """The comparison of ``shape`` (its boots so far, plus ``extra``: the boot measuring now)
         against the incumbent (or ``against``), blocked in time (tuner/night/blocks.py), at the
-        next promotion look's error rate."""
+        next promotion look's error rate split over ``peeks`` tests: ``EXTEND_CAP`` for a look
+        at a boot whose runs grow while it is undecided (``_extender``: each test may stop them on
+        a ``better`` reading, and a later look reuses them), 1 for a look at finished boots only
+        (``_bracket``: one test, which stops nothing)."""
         ref = st.incumbent if against is None else against
         depth = self._depth()
         cache = self._boots                 # a finished boot's runs never change: split them once
@@ -76,7 +84,7 @@ class Judging:
         spread = boot_spread([b for (key, _), b in by_box.items() if key != shape.key()], drift)   # its own: the floor
         k = st.looks + 1
         return compare_blocked(series.get(shape.key(), []), series.get(ref.key(), []), spread=spread,
-                               alpha=look_alpha(self.error_rate, k, self._planned_looks(), EXTEND_CAP),
+                               alpha=look_alpha(self.error_rate, k, self._planned_looks(), peeks),
                                min_effect=self.camp.search.min_effect, drift=drift, closed_only=closed_only), k
 
     def _closed_move(self, st: State, arm, cmp: dict | None, extra: dict | None = None) -> dict | None:
@@ -123,7 +131,9 @@ class Judging:
         """Re-judge the challengers at this incumbent whose better reading (``gain.promising``)
         waited for incumbent boots around theirs (an open block, tuner/night/blocks.py): once a later incumbent boot closes one,
         the comparison is journaled again (``kind: bracketed``, ``closed_by`` the arm that did) and
-        promotes when it still says better. Idempotent: resume calls it too."""
+        promotes when it still says better, at the look's whole error rate: one test of
+        finished boots, which stops no measurement (``_compare``'s ``peeks``). Idempotent: resume
+        calls it too."""
         if not self._comparable():
             return st
         here = st.incumbent.key()
@@ -134,7 +144,7 @@ class Judging:
             arm = st.arms.get(c.get("arm"))
             if arm is None or arm.change is None or (arm.end or {}).get("verdict") is None:
                 continue
-            new, look = self._compare(st, arm.shape, None, against=None if inc == here else bases[inc])
+            new, look = self._compare(st, arm.shape, None, against=None if inc == here else bases[inc], peeks=1)
             if new is None or new.open >= c["open"]:
                 continue
             self.journal.append("compare", arm=arm.n, incumbent=inc, look=look, kind="bracketed",
@@ -169,7 +179,8 @@ class Judging:
         nothing (another boot does), and a boot kept measuring because it read close to its
         reference would make the pairs of such boots understate the spread. Each of those tests
         is charged (``look_alpha``'s peeks): a test that cannot promote (its block is open) still
-        chooses what the night measures next, and a later look reuses its boots."""
+        stops the runs on a ``better`` reading, and the look that brackets the boot reuses them.
+        That bracketing look (``_bracket``) tests once, at its whole rate."""
         runs = self.camp.measure.runs
         if p.kind == "joint" or not self._comparable():
             return None
