@@ -6,6 +6,7 @@ boots that never settled and the runs another process disturbed. Reads the repor
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from arms import values
 from tuner.night.blocks import Boot, drift_of
@@ -80,10 +81,19 @@ def night_drift(b) -> str | None:
             "block cancels.")
 
 
+PROMOTION_LOOKS = ("bracketed", "closed")    # comparisons of finished boots only: the looks that move a shape
+
+
 def box_noise(b) -> BoxNoise | None:
-    """The last blocked comparison's reading of the box: boot spread, run noise, error rate."""
-    return next((n for r in reversed(b.st.comparisons) if r.get("comparison")
-                 for n in [BoxNoise.of(r["comparison"])] if n is not None), None)
+    """The last blocked comparison's reading of the box: boot spread, run noise; and the error
+    rate the night's last promotion look read (one that brackets finished boots: a growing boot's
+    look splits its rate over the tests that may stop its runs, tuner/night/judging.py, and never
+    moves a shape), or the last comparison's when none has yet."""
+    comps = [r for r in b.st.comparisons if r.get("comparison")]
+    noise = next((n for r in reversed(comps) for n in [BoxNoise.of(r["comparison"])] if n is not None), None)
+    promo = next((r["comparison"]["alpha"] for r in reversed(comps)
+                  if r.get("kind") in PROMOTION_LOOKS and r["comparison"].get("alpha")), None)
+    return noise if noise is None or promo is None else replace(noise, alpha=float(promo))
 
 
 def what_it_could_show(b) -> str | None:
@@ -101,7 +111,7 @@ def what_it_could_show(b) -> str | None:
               f"boots of one shape agreed to their runs' noise (from {noise.pairs} pair(s) of successive boots)")
     return (f"What this box could show: {spread}, and a boot's mean carries "
             f"{math.sqrt(max(0.0, s2 - noise.boot_sigma ** 2)):.1%} of the runs' own noise. At the night's last "
-            f"error rate ({a:.2g}), a challenger booted {REEXAMINE_CAP} times between incumbent boots shows a move "
+            f"promotion look's error rate ({a:.2g}), a challenger booted {REEXAMINE_CAP} times between incumbent boots shows a move "
             f"of {shown_at(REEXAMINE_CAP, s2, a, df):+.1%} or more half the time; the smallest move worth one "
             f"({floor:+.1%}) would need " + (f"about {need} boots." if need else "more boots than any night holds."))
 
