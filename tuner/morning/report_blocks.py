@@ -111,9 +111,9 @@ def what_it_could_show(b) -> str | None:
               f"boots of one shape agreed to their runs' noise (from {noise.pairs} pair(s) of successive boots)")
     return (f"What this box could show: {spread}, and a boot's mean carries "
             f"{math.sqrt(max(0.0, s2 - noise.boot_sigma ** 2)):.1%} of the runs' own noise. At the night's last "
-            f"promotion look's error rate ({a:.2g}), a challenger booted {REEXAMINE_CAP} times between incumbent boots shows a move "
-            f"of {shown_at(REEXAMINE_CAP, s2, a, df):+.1%} or more half the time; the smallest move worth one "
-            f"({floor:+.1%}) would need " + (f"about {need} boots." if need else "more boots than any night holds."))
+            f"promotion look's error rate ({a:.2g}), a challenger booted {REEXAMINE_CAP} times between incumbent "
+            f"boots shows a move of {shown_at(REEXAMINE_CAP, s2, a, df):+.1%} or more half the time; the smallest "
+            f"move worth one ({floor:+.1%}) would need " + (f"about {need} boots." if need else "more boots than any night holds."))
 
 
 def boots_short(noise: BoxNoise | None, c: dict) -> str:
