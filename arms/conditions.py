@@ -39,6 +39,8 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 FOREIGN_CORES_LIMIT = 0.5       # cores of somebody else's CPU time during a run: the run is contended
+QUIET_WAIT_S = 600.0            # measure.quiet_wait_s's default: after a boot whose runs another process held,
+                                # wait at most this long for a quiet box before the next boot
 
 
 @runtime_checkable

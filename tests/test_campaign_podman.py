@@ -42,7 +42,8 @@ def campaign(tmp_path, sim_image, name, levers=LEVERS, **extra) -> str:
     data = {"name": name, "engine": "simengine",
             "baseline": {"image": sim_image.tag, "model": "/models/sim", "args": BASE_ARGS, "env": BASE_ENV,
                          "compile_cache": str(tmp_path / "cache"), "port": free_port()},
-            "levers": levers, "measure": {"depths": DEPTHS, "runs": 2, "warm_tokens": 16, "max_tokens": 64},
+            "levers": levers, "measure": {"depths": DEPTHS, "runs": 2, "warm_tokens": 16, "max_tokens": 64,
+                                          "quiet_wait_s": 0},     # a loaded CI box: no wait for quiet
             "boot": {"timeout_s": 60, "hang_s": 30, "poll_s": 0.2}, "journal": str(tmp_path / "journal"), **extra}
     p = tmp_path / f"{name}.yaml"
     p.write_text(yaml.safe_dump(data, sort_keys=False))

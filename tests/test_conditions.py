@@ -416,3 +416,27 @@ def test_a_passing_tenant_is_waited_out_and_the_next_boot_is_clean(tmp_path):
     met = waits[0]["after_arm"]
     assert held(ends[met]) > 0 and sum(len(d["runs"]) for d in ends[met]["measurement"]["depths"].values()) > 2 * 9
     assert held(ends[met + 1]) == 0 and sum(held(e) for n, e in ends.items() if n != met) == 0
+
+
+def test_a_night_told_not_to_wait_goes_on_at_once_after_a_held_boot(tmp_path):
+    """``measure.quiet_wait_s: 0`` (a test night on a shared machine, a demo): the boot the tenant
+    met still replaces its held runs, but the night journals no wait and boots the next arm at once."""
+    from arms.profiles import load_profile
+    from tests.test_campaign_sim import campaign
+    from tuner.night.campaign import load_campaign
+    from tuner.night.loop import CampaignLoop
+    from tuner.night.opening import BUSY_NOTE, QUIET_POLL_S
+
+    land = _land(tmp_path, "tenant: {at_hours: 0.9, until_hours: 1.15, cores: 1.5, factor: 0.8}\n")
+    path = campaign(tmp_path, "nowait", measure={"quiet_wait_s": 0})
+    camp = load_campaign(path)
+    assert camp.quiet_wait_s == 0 and load_campaign(campaign(tmp_path, "default")).quiet_wait_s == 600
+    camp, host = SimHost.pinned(camp, landscape=str(land), noise_seed=3)
+    CampaignLoop(camp, host, load_profile("simengine"), deadline=host.now() + 2 * 3600).run()
+    recs = [json.loads(x) for x in (camp.folder / "journal.jsonl").read_text().splitlines()]
+    held = [r["arm"] for r in recs if r["op"] == "arm_end" and r.get("measurement") and any(
+        run.get("contended") for d in r["measurement"]["depths"].values() for run in d["runs"])]
+    assert held and not [r for r in recs if r["op"] == "note" and r.get("text") == BUSY_NOTE]
+    end = next(r["t"] for r in recs if r["op"] == "arm_end" and r["arm"] == held[0])
+    nxt = next(r["t"] for r in recs if r["op"] == "arm_start" and r["arm"] == held[0] + 1)
+    assert nxt - end < QUIET_POLL_S

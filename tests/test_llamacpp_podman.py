@@ -137,7 +137,7 @@ def test_a_campaign_on_the_real_llama_server(tmp_path, podman_host, llama_image,
                 # n-gram drafts of a repeated token: accepted, a few tokens a step
                 "spec-type": {"values": ["ngram-mod"], "numerics": "changing"},
             },
-            "measure": {"depths": [64], "runs": 2, "warm_tokens": 16, "max_tokens": 96},
+            "measure": {"depths": [64], "runs": 2, "warm_tokens": 16, "max_tokens": 96, "quiet_wait_s": 0},
             "noise": {"recheck_every": 6, "min_effect": 0.05},
             "budget": {"max_arms": 24},   # a move: probe, confirm, the incumbent boot that brackets them (more on a spread box)
             "boot": {"timeout_s": 90, "hang_s": 60, "poll_s": 0.2}, "journal": str(tmp_path / "journal")}

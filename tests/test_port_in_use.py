@@ -146,7 +146,7 @@ def test_tuner_boot_and_run_refuse_a_held_port_and_measure_nothing(tmp_path, lis
             "baseline": {"image": sim_image.tag, "model": "/models/sim", "port": listener,
                          "args": {"max-num-seqs": 4}, "env": {"SIMENGINE_TIME_SCALE": 0.002}},
             "levers": {"max-num-seqs": [2, 4]},
-            "measure": {"depths": [166], "runs": 1, "warm_tokens": 8, "max_tokens": 16},
+            "measure": {"depths": [166], "runs": 1, "warm_tokens": 8, "max_tokens": 16, "quiet_wait_s": 0},
             "boot": {"timeout_s": 30, "hang_s": 30, "poll_s": 0.2}, "journal": str(tmp_path / "journal")}
     path = tmp_path / "piu.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

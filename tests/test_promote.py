@@ -56,7 +56,7 @@ def write_campaign(tmp: Path, base: Shape, arms: list[dict], production: dict, *
                    min_effect=0.02, name="prod-night", file: str | None = None) -> Path:
     raw = {"name": name, "engine": "simengine",
            "baseline": {"image": base.image, "model": base.model, "env": dict(base.env)},
-           "measure": measure or {"depths": [166], "runs": 2, "warm_tokens": 8, "max_tokens": 32},
+           "measure": measure or {"depths": [166], "runs": 2, "warm_tokens": 8, "max_tokens": 32, "quiet_wait_s": 0},
            "noise": {"min_effect": min_effect}, "production": production}
     camp = tmp / "campaign.yaml"
     tmp.mkdir(parents=True, exist_ok=True)

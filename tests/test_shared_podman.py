@@ -44,7 +44,8 @@ def test_three_daemons_share_a_campaign_through_postgresql(tmp_path, sim_image, 
             "baseline": {"image": sim_image.tag, "model": "/models/sim", "args": BASE_ARGS,
                          "env": {**BASE_ENV, "SIMENGINE_TIME_SCALE": 0.01},
                          "compile_cache": str(tmp_path / "cache"), "port": free_port()},
-            "levers": LEVERS, "measure": {"depths": DEPTHS, "runs": 2, "warm_tokens": 16, "max_tokens": 64},
+            "levers": LEVERS, "measure": {"depths": DEPTHS, "runs": 2, "warm_tokens": 16, "max_tokens": 64,
+                                          "quiet_wait_s": 0},
             "boot": {"timeout_s": 60, "hang_s": 30, "poll_s": 0.2}, "journal": str(tmp_path / "journal"),
             "budget": {"max_arms": 21}, "storage": {"url": pg.url, "grace_s": 6, "heartbeat_s": 1}}
     path = tmp_path / f"{NAME}.yaml"

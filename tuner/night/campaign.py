@@ -20,6 +20,7 @@ from typing import Any
 
 
 from arms.boot import BootLimits
+from arms.conditions import QUIET_WAIT_S
 from arms.errors import ConfigError
 from arms.shape import COMPILE_CACHE_TARGET, Lever, Mount, Shape
 from tuner.night.campaign_file import key_text
@@ -115,6 +116,7 @@ class Campaign:
     sweep_plan: Any = None         # arms.sweep.SweepPlan: the concurrency sweep every measured arm runs, or None
     telemetry: bool = False        # measure.telemetry: each arm's expert-cache telemetry window
     probe_interval_s: float = 2.0  # measure.probe_interval_s: host probes during an arm
+    quiet_wait_s: float = QUIET_WAIT_S  # measure.quiet_wait_s: the longest wait for a quiet box after a contended boot
     link_gbs: float | None = None  # measure.link_gbs: the host-GPU link the roofline assumes
     membw_gbs: float | None = None  # measure.membw_gbs: host memory bandwidth for the llama.cpp roofline
     storage: Any = None            # schema.Storage: a shared campaign's database (tuner/night/shared.py), or None
@@ -254,6 +256,7 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
                     boot=model.boot.limits(), folder=folder, raw=raw, profile_overrides=model.profile,
                     measure=measure, search=search, production=production, sweep_plan=sweep,
                     telemetry=model.measure.telemetry, probe_interval_s=model.measure.probe_interval_s,
+                    quiet_wait_s=model.measure.quiet_wait_s,
                     link_gbs=model.measure.link_gbs, membw_gbs=model.measure.membw_gbs, storage=model.storage)
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from optuna.trial import TrialState
 
-from arms.conditions import FOREIGN_CORES_LIMIT
+from arms.conditions import FOREIGN_CORES_LIMIT, QUIET_WAIT_S  # noqa: F401 - QUIET_WAIT_S: the default's name here too
 from arms.errors import ConfigError
 from arms.lifecycle import model_paths, sweep_orphans
 from arms.verdict import untrusted
@@ -28,8 +28,7 @@ REST_NOTE = "box at rest"   # the journal note of the box's background load (``_
 REST_S = 2.0           # seconds the box's load at rest is read over
 WARM_BUDGET_S = 900.0  # a new night reads its model's files once, for at most this long (host/pagecache.py)
 BUSY_NOTE = "box busy"     # the journal note of a wait for another process to leave the box (``_wait_quiet``)
-QUIET_WAIT_S = 600.0   # after a boot whose runs another process held, wait at most this long for a quiet box ...
-QUIET_POLL_S = 30.0    # ... reading its load this often
+QUIET_POLL_S = 30.0    # a wait for a quiet box (measure.quiet_wait_s) reads its load this often
 
 
 def campaign_hash(camp) -> str:
@@ -72,7 +71,7 @@ class Opening:
     def _wait_quiet(self, st: State) -> None:
         """After a boot of this box whose runs another process held (``arms.conditions``: such runs
         are left out of every comparison), wait for the box to be quiet before the next boot, up to
-        ``QUIET_WAIT_S`` and never past the deadline: a boot measured while the tenant stays would
+        ``measure.quiet_wait_s`` (``QUIET_WAIT_S``; 0: never) and never past the deadline: a boot measured while the tenant stays would
         be left out whole (its runs replaced up to the cap, ``Judging._extender``, then dropped).
         The wait is journaled (``box busy``: seconds waited, the load read, whether it left)."""
         mine = [a for a in st.finished() if a.box == self.box and (a.end or {}).get("measurement")]
@@ -83,7 +82,8 @@ class Opening:
         self._quiet_after = mine[-1].n          # one wait per such boot
         limit = self.runner.plan.background_cores + FOREIGN_CORES_LIMIT
         t0 = self.host.now()
-        end = t0 + QUIET_WAIT_S if self.deadline is None else min(t0 + QUIET_WAIT_S, self.deadline)
+        wait = self.camp.quiet_wait_s
+        end = t0 + wait if self.deadline is None else min(t0 + wait, self.deadline)
         if end - t0 < QUIET_POLL_S or (self.max_arms is not None and len(st.arms) >= self.max_arms):
             return                              # the night ends before another boot: nothing to wait for
         cores = self.host.rest_load(REST_S).get("cores")
