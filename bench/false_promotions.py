@@ -17,7 +17,7 @@ after it yet): its tests promote nothing; they still stop its runs once decided,
 that brackets it (an incumbent boot after it) reads those runs. The last cells run that: the
 growing boot's tests at the rate split over them (an efficacy stop at an interim look), then the
 bracketing look's one test, on one more incumbent boot, at its whole rate (a bracket tests once
-and stops nothing: ``Judging._bracket``, ``peeks=1``) or split as before.
+and stops nothing) or split as the loop does (``Judging._bracket``).
 
   .venv/bin/python bench/false_promotions.py [--trials 20000] [--alpha 0.001] [--runs 3] [--out FILE]
 """
@@ -100,7 +100,7 @@ def main() -> int:
               "| challenger noise | the bracketing test | promoted | observed rate | observed / stated |",
               "|---|---|---|---|---|"]
     for sigma_c in (SIGMA, 2 * SIGMA):
-        for peeks, label in ((EXTEND_CAP, f"rate / {EXTEND_CAP} (before)"), (1, "the look's whole rate (now)")):
+        for peeks, label in ((EXTEND_CAP, f"rate / {EXTEND_CAP} (the loop)"), (1, "the look's whole rate")):
             rng = random.Random(f"false-promotions:bracketed:{sigma_c}:{peeks}")
             hits = sum(bracketed(rng, args.alpha, sigma_c, args.runs, peeks) for _ in range(args.trials))
             rate = hits / args.trials

@@ -45,10 +45,10 @@ def test_a_drifting_night_promotes_only_on_closed_blocks_and_journals_them(tmp_p
     assert seen and sum(seen) / len(seen) > 0.005       # the blocks saw the +3 %/h the box drifted
 
 
-def test_a_bracketing_look_tests_at_its_whole_rate_a_growing_boot_at_its_share(tmp_path):
+def test_every_look_tests_at_its_share_of_the_nights_rate_split_over_the_growing_boots_tests(tmp_path):
     """A look at a boot whose runs grow while it is undecided splits the look's error rate over
-    the tests that may stop it (``EXTEND_CAP``); a bracketing look tests finished boots once, at
-    the look's whole rate (the move it makes needs fewer boots)."""
+    the tests that may stop it (``EXTEND_CAP``); a bracketing look reads those runs and is split
+    the same way (at its whole rate a noisy lever moved on a drifting box: realbox.md stop 40)."""
     from tuner.night.campaign import load_campaign
     from tuner.night.compare import look_alpha
     from tuner.night.judging import EXTEND_CAP, planned_looks
@@ -64,8 +64,8 @@ def test_a_bracketing_look_tests_at_its_whole_rate_a_growing_boot_at_its_share(t
         assert r["comparison"]["alpha"] == pytest.approx(
             look_alpha(camp.search.error_rate, r["look"], planned, EXTEND_CAP), rel=1e-3)
     for r in bracketed:
-        assert r["comparison"]["alpha"] == pytest.approx(look_alpha(camp.search.error_rate, r["look"], planned),
-                                                         rel=1e-3)
+        assert r["comparison"]["alpha"] == pytest.approx(
+            look_alpha(camp.search.error_rate, r["look"], planned, EXTEND_CAP), rel=1e-3)
     moved_by_bracket = [m for m in recs if m["op"] == "incumbent" and any(
         b["seq"] < m["seq"] and b["arm"] == m["arm"] for b in bracketed)]
     assert moved_by_bracket, "on a drifting box a move waits for the incumbent boot that closes its block"

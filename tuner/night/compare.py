@@ -21,7 +21,9 @@ real error rate 1.5-1.8x its stated one, with it 0.25-0.33x). Blocked in time
 charged because a ``better`` reading stops its runs at a high point and the look that brackets
 it later reads them (an efficacy stop at an interim look; a stop on ``worse`` or ``parity``, a
 futility stop, does not raise a later look's rate). The bracketing look tests finished boots
-once and stops nothing: it runs at the whole alpha_k. Dropping a challenger (worse, or
+once and could run at the whole alpha_k (bench/results/false_promotions.md: 0.75-0.92x its rate
+on zero-effect challengers); it still splits it: at the whole rate a noisy lever on a drifting
+box moved (bench/results/realbox.md, stop 40). Dropping a challenger (worse, or
 parity: it cannot be worth the minimum effect) is tested at a fixed ``drop_alpha`` per look: a
 wrong drop costs a missed gain, never a false promotion, and the night re-examines the closest
 drops while it has budget.
@@ -286,7 +288,7 @@ def look_alpha(alpha: float, k: int, planned: int, peeks: int = 1) -> float:
     night's family error rate ``alpha``, split evenly over the ``peeks`` times its boot's runs
     may be tested (a boot measures more runs while its comparison is undecided and stops as soon
     as it is decided: each of those tests may stop it on a ``better`` reading, so each is
-    charged); a look at finished boots tests once (``peeks`` 1)."""
+    charged)."""
     L = max(1, planned)
     return alpha * L / ((k + L - 1) * (k + L)) / max(1, peeks)
 

@@ -60,10 +60,10 @@ class Judging:
                  closed_only: bool = False, peeks: int = EXTEND_CAP):
         """The comparison of ``shape`` (its boots so far, plus ``extra``: the boot measuring now)
         against the incumbent (or ``against``), blocked in time (tuner/night/blocks.py), at the
-        next promotion look's error rate split over ``peeks`` tests: ``EXTEND_CAP`` for a look
-        at a boot whose runs grow while it is undecided (``_extender``: each test may stop them on
-        a ``better`` reading, and a later look reuses them), 1 for a look at finished boots only
-        (``_bracket``: one test, which stops nothing)."""
+        next promotion look's error rate split over ``peeks`` tests (``EXTEND_CAP``: a boot whose
+        runs grow while it is undecided, ``_extender``, is tested after each batch). A bracketing
+        look (``_bracket``) splits it too: at its whole rate a noisy lever whose blocks all read
+        high on a drifting box moved at +10.8 % [+0.3 %] (bench/results/realbox.md, stop 40)."""
         ref = st.incumbent if against is None else against
         depth = self._depth()
         cache = self._boots                 # a finished boot's runs never change: split them once
@@ -131,9 +131,7 @@ class Judging:
         """Re-judge the challengers at this incumbent whose better reading (``gain.promising``)
         waited for incumbent boots around theirs (an open block, tuner/night/blocks.py): once a later incumbent boot closes one,
         the comparison is journaled again (``kind: bracketed``, ``closed_by`` the arm that did) and
-        promotes when it still says better, at the look's whole error rate: one test of
-        finished boots, which stops no measurement (``_compare``'s ``peeks``). Idempotent: resume
-        calls it too."""
+        promotes when it still says better. Idempotent: resume calls it too."""
         if not self._comparable():
             return st
         here = st.incumbent.key()
@@ -144,7 +142,7 @@ class Judging:
             arm = st.arms.get(c.get("arm"))
             if arm is None or arm.change is None or (arm.end or {}).get("verdict") is None:
                 continue
-            new, look = self._compare(st, arm.shape, None, against=None if inc == here else bases[inc], peeks=1)
+            new, look = self._compare(st, arm.shape, None, against=None if inc == here else bases[inc])
             if new is None or new.open >= c["open"]:
                 continue
             self.journal.append("compare", arm=arm.n, incumbent=inc, look=look, kind="bracketed",
@@ -179,8 +177,7 @@ class Judging:
         nothing (another boot does), and a boot kept measuring because it read close to its
         reference would make the pairs of such boots understate the spread. Each of those tests
         is charged (``look_alpha``'s peeks): a test that cannot promote (its block is open) still
-        stops the runs on a ``better`` reading, and the look that brackets the boot reuses them.
-        That bracketing look (``_bracket``) tests once, at its whole rate."""
+        stops the runs on a ``better`` reading, and the look that brackets the boot reuses them."""
         runs = self.camp.measure.runs
         if p.kind == "joint" or not self._comparable():
             return None
