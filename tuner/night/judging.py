@@ -57,12 +57,12 @@ class Judging:
         return self.camp.search.objective.kind in ("decode", "decode_geomean")
 
     def _compare(self, st: State, shape, extra: dict | None, against=None, arm: int | None = None,
-                 closed_only: bool = False, peeks: int = EXTEND_CAP):
+                 closed_only: bool = False):
         """The comparison of ``shape`` (its boots so far, plus ``extra``: the boot measuring now)
         against the incumbent (or ``against``), blocked in time (tuner/night/blocks.py), at the
-        next promotion look's error rate split over ``peeks`` tests (``EXTEND_CAP``: a boot whose
-        runs grow while it is undecided, ``_extender``, is tested after each batch). A bracketing
-        look (``_bracket``) splits it too: at its whole rate a noisy lever whose blocks all read
+        next promotion look's error rate split over ``EXTEND_CAP`` tests (a boot whose runs grow
+        while it is undecided, ``_extender``, is tested after each batch). A bracketing look
+        (``_bracket``) splits it too: at its whole rate a noisy lever whose blocks all read
         high on a drifting box moved at +10.8 % [+0.3 %] (bench/results/realbox.md, stop 40)."""
         ref = st.incumbent if against is None else against
         depth = self._depth()
@@ -84,7 +84,7 @@ class Judging:
         spread = boot_spread([b for (key, _), b in by_box.items() if key != shape.key()], drift)   # its own: the floor
         k = st.looks + 1
         return compare_blocked(series.get(shape.key(), []), series.get(ref.key(), []), spread=spread,
-                               alpha=look_alpha(self.error_rate, k, self._planned_looks(), peeks),
+                               alpha=look_alpha(self.error_rate, k, self._planned_looks(), EXTEND_CAP),
                                min_effect=self.camp.search.min_effect, drift=drift, closed_only=closed_only), k
 
     def _closed_move(self, st: State, arm, cmp: dict | None, extra: dict | None = None) -> dict | None:
