@@ -88,24 +88,25 @@ def main() -> int:
              f"up to {EXTEND_CAP} batches on the boot under test; {args.trials:,} zero-effect challengers per cell",
              "", "| challenger noise | tests charged | promoted | observed rate | observed / stated |",
              "|---|---|---|---|---|"]
-    for sigma_c in (SIGMA, 2 * SIGMA):
-        for peeks, label in ((1, "last test only (before)"), (EXTEND_CAP, f"every test: rate / {EXTEND_CAP}")):
-            rng = random.Random(f"false-promotions:{sigma_c}:{peeks}")
-            hits = sum(promoted(rng, args.alpha, sigma_c, args.runs, peeks) for _ in range(args.trials))
-            rate = hits / args.trials
-            lines.append(f"| {sigma_c:.0%} (incumbent {SIGMA:.0%}) | {label} | {hits} | {rate:.2e} | "
-                         f"{rate / stated:.2f} |")
+
+    def rows(trial, seed: str, cells) -> None:
+        """One row per challenger noise and (peeks, label): how often ``trial`` promoted."""
+        for sigma_c in (SIGMA, 2 * SIGMA):
+            for peeks, label in cells:
+                rng = random.Random(f"{seed}:{sigma_c}:{peeks}")
+                hits = sum(trial(rng, args.alpha, sigma_c, args.runs, peeks) for _ in range(args.trials))
+                rate = hits / args.trials
+                lines.append(f"| {sigma_c:.0%} (incumbent {SIGMA:.0%}) | {label} | {hits} | {rate:.2e} | "
+                             f"{rate / stated:.2f} |")
+
+    rows(promoted, "false-promotions",
+         ((1, "last test only (before)"), (EXTEND_CAP, f"every test: rate / {EXTEND_CAP}")))
     lines += ["", "The boot under test open (blocked comparisons): its tests at the rate / "
               f"{EXTEND_CAP} stop its runs, then the bracketing look tests once", "",
               "| challenger noise | the bracketing test | promoted | observed rate | observed / stated |",
               "|---|---|---|---|---|"]
-    for sigma_c in (SIGMA, 2 * SIGMA):
-        for peeks, label in ((EXTEND_CAP, f"rate / {EXTEND_CAP} (the loop)"), (1, "the look's whole rate")):
-            rng = random.Random(f"false-promotions:bracketed:{sigma_c}:{peeks}")
-            hits = sum(bracketed(rng, args.alpha, sigma_c, args.runs, peeks) for _ in range(args.trials))
-            rate = hits / args.trials
-            lines.append(f"| {sigma_c:.0%} (incumbent {SIGMA:.0%}) | {label} | {hits} | {rate:.2e} | "
-                         f"{rate / stated:.2f} |")
+    rows(bracketed, "false-promotions:bracketed",
+         ((EXTEND_CAP, f"rate / {EXTEND_CAP} (the loop)"), (1, "the look's whole rate")))
     lines += ["", f"wall time of this benchmark: {time.time() - t0:.0f} s"]
     emit(lines, args.out)
     return 0

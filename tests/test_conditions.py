@@ -324,7 +324,8 @@ def test_a_night_leaves_out_the_runs_a_tenant_held_and_the_journal_counts_them(t
     assert counted and any(c["contended"][1] >= 18 for c in counted)
     # a boot the tenant held replaced its runs up to the cap; the night then waited for the box, journaled
     from tuner.night.judging import EXTEND_CAP
-    from tuner.night.opening import BUSY_NOTE, QUIET_WAIT_S
+    from arms.conditions import QUIET_WAIT_S
+    from tuner.night.opening import BUSY_NOTE
 
     runs = 3 * 3                                               # the campaign's 3 depths x 3 runs
     for r in rechecks:
@@ -399,7 +400,8 @@ def test_a_passing_tenant_is_waited_out_and_the_next_boot_is_clean(tmp_path):
     from tests.test_campaign_sim import campaign
     from tuner.night.campaign import load_campaign
     from tuner.night.loop import CampaignLoop
-    from tuner.night.opening import BUSY_NOTE, QUIET_WAIT_S
+    from arms.conditions import QUIET_WAIT_S
+    from tuner.night.opening import BUSY_NOTE
 
     land = _land(tmp_path, "tenant: {at_hours: 0.9, until_hours: 1.15, cores: 1.5, factor: 0.8}\n")
     path = campaign(tmp_path, "passing")

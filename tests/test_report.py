@@ -292,7 +292,7 @@ def test_how_sure_says_what_the_box_could_show_from_the_last_blocked_comparison(
     last = next(r["comparison"] for r in reversed(recs) if r["op"] == "compare" and "boot_sigma" in r["comparison"])
     promo = next(r["comparison"]["alpha"] for r in reversed(recs) if r["op"] == "compare"
                  and r.get("kind") == "bracketed")
-    assert promo != last["alpha"]          # a growing boot's look splits its rate; the bracketing look does not
+    assert promo != last["alpha"]          # the last promotion look is an earlier look than the last comparison
     noise = replace(BoxNoise.of(last), alpha=promo)
     line = could(night)
     assert f"from {noise.pairs} pair(s)" in line and f"promotion look's error rate ({noise.alpha:.2g})" in line

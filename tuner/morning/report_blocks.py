@@ -86,9 +86,8 @@ PROMOTION_LOOKS = ("bracketed", "closed")    # comparisons of finished boots onl
 
 def box_noise(b) -> BoxNoise | None:
     """The last blocked comparison's reading of the box: boot spread, run noise; and the error
-    rate the night's last promotion look read (one that brackets finished boots: a growing boot's
-    look splits its rate over the tests that may stop its runs, tuner/night/judging.py, and never
-    moves a shape), or the last comparison's when none has yet."""
+    rate the night's last promotion look read (one of finished boots, the only kind that moves a
+    shape: a growing boot's own look is open), or the last comparison's when none has yet."""
     comps = [r for r in b.st.comparisons if r.get("comparison")]
     noise = next((n for r in reversed(comps) for n in [BoxNoise.of(r["comparison"])] if n is not None), None)
     promo = next((r["comparison"]["alpha"] for r in reversed(comps)
@@ -113,7 +112,8 @@ def what_it_could_show(b) -> str | None:
             f"{math.sqrt(max(0.0, s2 - noise.boot_sigma ** 2)):.1%} of the runs' own noise. At the night's last "
             f"promotion look's error rate ({a:.2g}), a challenger booted {REEXAMINE_CAP} times between incumbent "
             f"boots shows a move of {shown_at(REEXAMINE_CAP, s2, a, df):+.1%} or more half the time; the smallest "
-            f"move worth one ({floor:+.1%}) would need " + (f"about {need} boots." if need else "more boots than any night holds."))
+            f"move worth one ({floor:+.1%}) would need "
+            + (f"about {need} boots." if need else "more boots than any night holds."))
 
 
 def boots_short(noise: BoxNoise | None, c: dict) -> str:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from optuna.trial import TrialState
 
-from arms.conditions import FOREIGN_CORES_LIMIT, QUIET_WAIT_S  # noqa: F401 - QUIET_WAIT_S: the default's name here too
+from arms.conditions import FOREIGN_CORES_LIMIT
 from arms.errors import ConfigError
 from arms.lifecycle import model_paths, sweep_orphans
 from arms.verdict import untrusted
@@ -71,8 +71,8 @@ class Opening:
     def _wait_quiet(self, st: State) -> None:
         """After a boot of this box whose runs another process held (``arms.conditions``: such runs
         are left out of every comparison), wait for the box to be quiet before the next boot, up to
-        ``measure.quiet_wait_s`` (``QUIET_WAIT_S``; 0: never) and never past the deadline: a boot measured while the tenant stays would
-        be left out whole (its runs replaced up to the cap, ``Judging._extender``, then dropped).
+        ``measure.quiet_wait_s`` (0: not at all) and never past the deadline: a boot measured while
+        the tenant stays would be left out whole (its runs replaced up to the cap, ``Judging._extender``, then dropped).
         The wait is journaled (``box busy``: seconds waited, the load read, whether it left)."""
         mine = [a for a in st.finished() if a.box == self.box and (a.end or {}).get("measurement")]
         if not mine or mine[-1].n == getattr(self, "_quiet_after", None) or not any(

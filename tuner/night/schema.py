@@ -89,9 +89,8 @@ class Measure(_Model):
     membw_gbs: PosFloat | None = Field(None, description="host memory bandwidth in GB/s for the report's roofline "
                                                          "(llama.cpp); default: host/membw.py's probe")
     probe_interval_s: PosFloat = 2.0
-    quiet_wait_s: Annotated[float, Field(ge=0, description="after a boot whose runs another process held, wait "
-                                         "at most this long for a quiet box before the next boot (0: go on at once)")] \
-        = QUIET_WAIT_S
+    quiet_wait_s: float = Field(QUIET_WAIT_S, ge=0, description="after a boot whose runs another process held, "
+                                "wait at most this long for a quiet box before the next boot (0: go on at once)")
     sweep: bool | Sweep | None = Field(None, description="true or the sweep's settings: every measured arm runs "
                                                           "the concurrency sweep (always with goodput_at_slo)")
 
