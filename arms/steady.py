@@ -8,9 +8,14 @@ have settled. Steady state is tested, not assumed with a fixed count of discarde
 - **Warm-up.** The runs in request order (the depths in the order they were measured, each
   depth's runs in order), each as its log rate less the median of its depth's later half of runs
   (the level the boot settled at: warm-up runs would pull a median of all runs down). A leading run more than
-  ``WARM_Z`` robust sigmas *below* the boot's level is warm-up, and so is the next one, until a run
-  is not: the leading prefix is left out (at most half of a depth's runs, and never below two
-  runs: a depth of two runs keeps both), and journaled.
+  ``WARM_Z`` robust sigmas *below* the boot's level is warm-up, and so is each next one more than
+  ``WARM_NEXT_Z`` below it, until a run is not: the leading prefix is left out (at most half of a
+  depth's runs, and never below two runs: a depth of two runs keeps both), and journaled. The
+  first run's sigma is that of its distance from a level that is itself the median of a few runs,
+  and its bar is high: a cut is one-sided, so each chance-low first run taken for warm-up moves a
+  steady boot up. At 2.5 sigmas of the run alone 6 % of steady boots of three runs per depth lost
+  their first run; at 3.5 sigmas of its distance 1.5 % do, and a first run 20 % slow is still cut
+  in 89 % of such boots (99 % at twelve runs per depth; bench/results/false_promotions.md).
 - **Unstable.** After the warm-up, the runs' trend with request order (one slope, each depth its
   own level). A boot whose rate still moves by more than ``UNSTABLE_MOVE`` across its runs, at
   more than ``UNSTABLE_T`` standard errors, never settled; so does one still warming at the cap.
@@ -23,27 +28,59 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-WARM_Z = 2.5           # a leading run this many robust sigmas below its boot's level is warm-up
+WARM_Z = 3.5           # the first run this many robust sigmas below its boot's level is warm-up (the sigma of
+                       # its distance from a level that is the median of its depth's m later runs: x sqrt(1 + pi / 2m))
+WARM_NEXT_Z = 2.5      # ... and then each next run this many robust sigmas below it, until one is not
 UNSTABLE_T = 6.0       # a trend over the runs this many standard errors from flat ...
 UNSTABLE_DF = 10       # ... estimated with at least this many degrees of freedom (a boot of 3 x 3 runs has 5: its
                        # slope's t has tails far too heavy to call one boot in a night unstable by chance)
 UNSTABLE_MOVE = 0.04   # ... and moving the rate by more than this across the boot: never settled
 MIN_SIGMA = 0.004      # a robust sigma below this is not believed (identical runs)
-DISTURBED = math.log(3)    # a run this far from its boot's median rate at its depth was disturbed
+DISTURBED = math.log(3)    # a run this far from its boot's median rate at its depth was disturbed ...
+DISTURBED_Z = 6.0          # ... and this many times the boot's own run spread (``run_scale``) from it
 
 
-def undisturbed(xs: list[float]) -> list[float]:
+def valid_logs(measurement: dict | None) -> dict[str, list[float]]:
+    """{depth: [log decode tok/s of each valid run no other process held (``contended``)]}, in request order."""
+    return {str(d): [math.log(x["decode_tok_s"]) for x in r.get("runs") or []
+                     if x.get("valid") and x.get("decode_tok_s") and not x.get("contended")]
+            for d, r in ((measurement or {}).get("depths") or {}).items()}
+
+
+def run_scale(depths: list[list[float]]) -> float:
+    """A boot's own run spread: the standard deviation of its log rates about their depth's mean,
+    pooled over its depths, from the runs within ``DISTURBED`` of their depth's median (three
+    runs or more). The runs a stall slowed x3 are not in it, so one stall cannot hide itself;
+    the rest are, so a shape whose runs really spread 40 % is measured as spreading 40 %."""
+    ss, dof = 0.0, 0
+    for xs in depths:
+        if len(xs) < 3:
+            continue
+        med = statistics.median(xs)
+        ys = [x for x in xs if abs(x - med) <= DISTURBED]
+        if len(ys) >= 2:
+            ss += statistics.variance(ys) * (len(ys) - 1)
+            dof += len(ys) - 1
+    return math.sqrt(ss / dof) if dof else 0.0
+
+
+def undisturbed(xs: list[float], scale: float = 0.0) -> list[float]:
     """The log rates of one boot at one depth without the runs something else disturbed: a run
-    more than ``DISTURBED`` (x3 either way) from the median of its three or more siblings. A
+    more than ``DISTURBED`` (x3 either way) from the median of its three or more siblings, and
+    more than ``DISTURBED_Z`` times the boot's own run spread (``scale``, ``run_scale``). A
     host that stalls one request for two minutes (another tenant, reclaim, a hypervisor) gives a
     run at 1 % of the others' rate; in log space that one run is a variance no effect can clear,
-    and a whole night's comparisons end undecided. Noise never moves one run threefold (a 6 %
-    sigma would need 18 sigma); a shape that really is that erratic keeps at most one run in
-    three out and is still judged on the rest."""
+    and a whole night's comparisons end undecided. Noise never moves one run threefold when runs
+    spread a few per cent (a 6 % sigma would need 18 sigma). A shape whose runs spread 40 % does
+    move one threefold, one run in a hundred and fifty: cut at x3 alone, its kept runs would
+    spread less than its runs do and its comparisons would read a standard error ~10 % too small
+    (bench/results/false_promotions.md); its own spread keeps them, and a stall at 1 % of its
+    rate still goes."""
     if len(xs) < 3:
         return xs
     med = statistics.median(xs)
-    return [x for x in xs if abs(x - med) <= DISTURBED]
+    cut = max(DISTURBED, DISTURBED_Z * scale)
+    return [x for x in xs if abs(x - med) <= cut]
 
 
 @dataclass(frozen=True)
@@ -69,11 +106,9 @@ def _sequence(measurement: dict) -> list[tuple[str, int, float]]:
     """(depth, index, log rate) in request order of each depth's valid runs that another process did
     not hold (``contended``) and nothing disturbed (``undisturbed``): warm-up is looked for among
     the runs the comparison would otherwise keep."""
-    out = []
-    for d, r in ((measurement or {}).get("depths") or {}).items():
-        ok = [x for x in r.get("runs") or [] if x.get("valid") and x.get("decode_tok_s") and not x.get("contended")]
-        out += [(str(d), i, x) for i, x in enumerate(undisturbed([math.log(x["decode_tok_s"]) for x in ok]))]
-    return out
+    logs = valid_logs(measurement)
+    scale = run_scale(list(logs.values()))
+    return [(d, i, x) for d, xs in logs.items() for i, x in enumerate(undisturbed(xs, scale))]
 
 
 def steady(measurement: dict | None) -> Steady:
@@ -89,10 +124,11 @@ def steady(measurement: dict | None) -> Steady:
     warm: dict[str, int] = {}
     capped = False
     for (d, i, x), v in zip(seq, dev):
-        if v >= -WARM_Z * sigma:
+        bar = WARM_NEXT_Z if warm else WARM_Z * math.sqrt(1 + math.pi / 2 / (len(by_depth[d]) - len(by_depth[d]) // 2))
+        if v >= -bar * sigma:
             break
         if warm.get(d, 0) + 1 > min(len(by_depth[d]) // 2, len(by_depth[d]) - 2):   # a depth keeps 2 runs
-            capped = len(by_depth[d]) >= 6 and v < -2 * WARM_Z * sigma   # too few runs to say it never settles
+            capped = len(by_depth[d]) >= 6 and v < -2 * WARM_NEXT_Z * sigma   # too few runs to say it never settles
             break
         warm[d] = warm.get(d, 0) + 1
     kept = [(d, i, x) for d, i, x in seq if i >= warm.get(d, 0)]
@@ -100,7 +136,7 @@ def steady(measurement: dict | None) -> Steady:
     trend, se = _trend(seq if full else kept)
     if capped:
         return Steady(warm, f"still warming after {sum(warm.values())} run(s): every leading run below the boot's "
-                            f"level by more than {WARM_Z:g} sigma", trend)
+                            f"level by more than {WARM_NEXT_Z:g} sigma", trend)
     if trend is not None and se is not None and abs(trend) > UNSTABLE_MOVE and abs(trend) > UNSTABLE_T * se:
         return Steady(warm, f"the rate moved {trend:+.1%} across its runs ({abs(trend) / se:.1f} standard errors): "
                             "it never settled", trend)

@@ -49,7 +49,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
-from arms.steady import DISTURBED, steady, undisturbed  # noqa: F401 - undisturbed: compare's name too
+from arms.steady import DISTURBED, run_scale, steady, undisturbed, valid_logs  # noqa: F401 - undisturbed: compare's name too
 
 _N = NormalDist()
 ERROR_RATE = 0.01          # noise.error_rate's default: the chance a night promotes anything not truly better
@@ -84,13 +84,14 @@ def _split_runs(measurement: dict | None, depth: int | None) -> tuple[dict[str, 
     settled = steady(measurement)
     if settled.unstable:
         return out, 0, 0                  # a boot that never settled: no evidence of a steady rate
+    logs = valid_logs(measurement)
+    scale = run_scale(list(logs.values()))         # the boot's own spread, over all its depths (as arms.steady)
     for d, r in ((measurement or {}).get("depths") or {}).items():
         if depth is not None and int(d) != depth:
             continue
-        ok = [x for x in r.get("runs") or [] if x.get("valid") and x.get("decode_tok_s")]
-        xs = [math.log(x["decode_tok_s"]) for x in ok if not x.get("contended")]
-        contended += len(ok) - len(xs)
-        kept = undisturbed(xs)
+        xs = logs[str(d)]
+        contended += sum(1 for x in r.get("runs") or [] if x.get("valid") and x.get("decode_tok_s")) - len(xs)
+        kept = undisturbed(xs, scale)
         dropped += len(xs) - len(kept)
         kept = kept[settled.warmup.get(str(d), 0):]      # arms.steady counts them among the undisturbed
         if kept:
