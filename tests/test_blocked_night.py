@@ -68,6 +68,54 @@ def test_every_look_tests_at_its_share_of_the_nights_rate_split_over_the_growing
     assert moved_by_bracket, "on a drifting box a move waits for the incumbent boot that closes its block"
 
 
+def test_only_a_look_that_could_promote_spends_the_nights_rate(tmp_path):
+    """A comparison whose boots are not all bracketed yet (or that rests on one boot) cannot move
+    the incumbent: it spends nothing, and the look that can promote next runs at the same share.
+    Each look that could promote has a number of its own, in journal order, so their shares still
+    sum to at most the night's rate."""
+    from tuner.night.verdict import can_promote
+
+    path = campaign(tmp_path, "spend")
+    _, recs, _ = night(path, seed=1, landscape=drifting(tmp_path, 0.03), max_arms=24)
+    looks = [r for r in recs if r["op"] == "compare" and r.get("change")]
+    spent = 0
+    for r in looks:
+        assert r["look"] == spent + 1, (r["arm"], r.get("kind"), r["look"], spent)
+        spent += can_promote(r["comparison"])
+    free = [r for r in looks if not can_promote(r["comparison"])]
+    assert free and spent >= 2, "a drifting night has open comparisons and bracketed ones"
+    numbers = [r["look"] for r in looks if can_promote(r["comparison"])]
+    assert numbers == list(range(1, spent + 1))
+    assert replay(recs, *_camp(path)).looks == spent
+
+
+def test_a_test_on_closed_blocks_that_moves_nothing_is_a_look_spent_and_no_reading(tmp_path):
+    """A shared campaign's test of a challenger on its closed blocks alone (``Judging._closed_move``)
+    could promote: journaled whatever it reads, it spends a look; one that moved nothing is kept
+    apart from the change's comparisons (the search, the report and the bracket read those)."""
+    path = campaign(tmp_path, "closedtest")
+    _, recs, _ = night(path, seed=1, landscape=drifting(tmp_path, 0.03), max_arms=24)
+    base = replay(recs, *_camp(path))
+    spent = next(r for r in recs if r["op"] == "compare" and r.get("change") and r["comparison"]["open"] == 0
+                 and r["comparison"]["boots"][0] >= 2)
+    failed = {**spent, "kind": "closed", "left_out": [spent["arm"]],
+              "comparison": {**spent["comparison"], "verdict": "undecided"}}
+    at = recs.index(spent) + 1
+    st = replay(recs[:at] + [failed] + recs[at:], *_camp(path))
+    assert st.looks == base.looks + 1
+    assert st.closed_tests == [failed] and st.comparisons == base.comparisons
+    assert st.latest_comparisons() == base.latest_comparisons()
+    won = {**failed, "comparison": {**spent["comparison"], "verdict": "better"}}
+    st = replay(recs[:at] + [won] + recs[at:], *_camp(path))
+    assert st.looks == base.looks + 1 and not st.closed_tests and won in st.comparisons
+
+
+def _camp(path):
+    from tuner.night.campaign import load_campaign
+    camp = load_campaign(path)
+    return camp.baseline, camp.levers
+
+
 def test_the_study_agrees_with_the_journal_after_bracketed_moves(tmp_path):
     """A move made at a recheck arm (its challenger's trial was kept RUNNING until then): the study's
     best trial is the arm of the last move, and a resume finds nothing to rebuild."""

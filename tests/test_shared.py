@@ -115,13 +115,15 @@ def test_three_simulated_boxes_share_one_campaign(tmp_path, pg, monkeypatch):
     twins = [r for r in starts if r["why"].startswith("twin of arm ")]
     assert twins, "the default landscape's +50 % challenger was never booted on a second box beside the first"
     # a move judged on its closed blocks alone: every boot it rests on bracketed on its own box, the
-    # open ones named, and the incumbent record carries that comparison
+    # open ones named, and the incumbent record carries that comparison; a test on closed blocks
+    # that moved nothing is journaled too (a promotion look: it spends its share of the rate)
     for c in (r for r in recs if r["op"] == "compare" and r.get("kind") == "closed"):
         cmp = c["comparison"]
-        assert cmp["verdict"] == "better" and cmp["open"] == 0 and cmp["boots"][0] >= 2, c
+        assert cmp["open"] == 0 and cmp["boots"][0] >= 2, c
         assert c["left_out"] and not set(c["left_out"]) & {b["boot"] for b in cmp["blocks"]}, c
-        move = next(m for m in recs if m["op"] == "incumbent" and m["seq"] > c["seq"])
-        assert move["arm"] == c["arm"] and move["comparison"] == cmp, (c, move)
+        if cmp["verdict"] == "better":
+            move = next(m for m in recs if m["op"] == "incumbent" and m["seq"] > c["seq"])
+            assert move["arm"] == c["arm"] and move["comparison"] == cmp, (c, move)
     # the boxes' own folders hold their own arms' artefacts
     folder = load_campaign(str(path)).folder
     for r in starts:

@@ -16,14 +16,17 @@ and a look whose boot may be tested up to P times as its runs grow (the loop's e
 runs each test at alpha_k / P. So the chance that a night promotes any change that is not truly
 better is at most alpha, whatever the number of comparisons and however often a boot is peeked
 at (bench/results/false_promotions.md measures it: without the split the peeks made a look's
-real error rate 1.5-1.8x its stated one, with it 0.25-0.33x). Blocked in time
-(``tuner/night/blocks.py``), a growing boot is open and its tests promote nothing; they are
-charged because a ``better`` reading stops its runs at a high point and the look that brackets
+real error rate 1.5-1.8x its stated one, with it 0.25-0.33x). Only a look that could promote
+is one of the k (``verdict.can_promote``: two boots of the challenger or more, every one
+bracketed; facts of when the boots ran, never of what they read). Blocked in time
+(``tuner/night/blocks.py``), a growing boot is open and its tests promote nothing: they spend
+no look of their own and run at the share of the look that can promote next, split the same
+way, because a ``better`` reading stops its runs at a high point and the look that brackets
 it later reads them (an efficacy stop at an interim look; a stop on ``worse`` or ``parity``, a
 futility stop, does not raise a later look's rate). The bracketing look tests finished boots
 once and could run at the whole alpha_k (bench/results/false_promotions.md: 0.75-0.92x its rate
-on zero-effect challengers); it still splits it: at the whole rate a noisy lever on a drifting
-box moved (bench/results/realbox.md, stop 40). Dropping a challenger (worse, or
+on zero-effect challengers grown and stopped at that same rate); it still splits it: at the
+whole rate a noisy lever on a drifting box moved (bench/results/realbox.md, stop 40). Dropping a challenger (worse, or
 parity: it cannot be worth the minimum effect) is tested at a fixed ``drop_alpha`` per look: a
 wrong drop costs a missed gain, never a false promotion, and the night re-examines the closest
 drops while it has budget.

@@ -17,15 +17,18 @@ from tuner.night.gain import promising
 from tuner.night.proposal import Proposal
 from tuner.night.sharing import pending_moves
 from tuner.night.state import State
-from tuner.night.verdict import promotes
+from tuner.night.verdict import can_promote, promotes
 
 log = logging.getLogger("tuner.loop")
 EXTEND_CAP = 4        # a challenger's boot measures at most this many times the plan's runs
 
 
 def planned_looks(levers: dict) -> int:
-    """The night's planned promotion looks (``look_alpha``'s L): three per neighbour value."""
-    return 3 * sum(max(1, len(lv.values) - 1) for lv in levers.values())
+    """The night's planned promotion looks (``look_alpha``'s L): one per neighbour value. A look is
+    a comparison that could promote (``verdict.can_promote``): a value's two boots, bracketed, is
+    one; a third boot when those left it undecided another. (Three per value while every
+    comparison was charged: a probe's, its confirmation's and the bracketing one.)"""
+    return sum(max(1, len(lv.values) - 1) for lv in levers.values())
 
 
 class Judging:
@@ -90,12 +93,15 @@ class Judging:
     def _closed_move(self, st: State, arm, cmp: dict | None, extra: dict | None = None) -> dict | None:
         """The comparison that moves the incumbent to ``arm``'s shape when its own (``cmp``) says
         better but waits for a bracket on another box only (a shared campaign, ``sharing.twin``):
-        the test on its closed blocks alone, journaled (``kind: closed``) when it promotes, else
-        None. Both tests must say better; the open boots are left out for when they ran."""
+        the test on its closed blocks alone, else None. Both tests must say better; the open boots
+        are left out for when they ran. A test that could promote is journaled (``kind: closed``)
+        whatever it reads: it is a promotion look, and spends its share of the night's rate
+        (``State.looks``; one that moved nothing is kept apart, ``State.closed_tests``: it is
+        no reading of the change)."""
         if cmp is None or cmp.get("verdict") != "better" or not cmp.get("open") or getattr(self, "box", None) is None:
             return None
         new, look = self._compare(st, arm.shape, extra, arm=arm.n, closed_only=True)
-        if new is None or not promotes(arm.kind, None, new.to_dict()):
+        if new is None or not can_promote(new.to_dict()):
             return None
         left = [b["boot"] for b in cmp.get("blocks") or [] if not b.get("closed")]
         self.journal.append("compare", arm=arm.n, incumbent=st.incumbent.key(), look=look, kind="closed",
@@ -103,7 +109,7 @@ class Judging:
                             left_out=left)
         log.info("[arm %s CLOSED] %s -> %s: %s on its closed blocks (boot(s) %s still open left out)", arm.n,
                  arm.change[0], values.text(arm.change[1]), new.verdict, ", ".join(map(str, left)))
-        return new.to_dict()
+        return new.to_dict() if promotes(arm.kind, None, new.to_dict()) else None
 
     def _settled_wins(self, st: State) -> State:
         """Promote the wins at the incumbent whose move is not journaled: a confirmed or bracketed
@@ -176,8 +182,10 @@ class Judging:
         variance: where boots spread more than the boot's mean can still move, more runs buy
         nothing (another boot does), and a boot kept measuring because it read close to its
         reference would make the pairs of such boots understate the spread. Each of those tests
-        is charged (``look_alpha``'s peeks): a test that cannot promote (its block is open) still
-        stops the runs on a ``better`` reading, and the look that brackets the boot reuses them."""
+        runs at a share of the look's rate (``look_alpha``'s peeks): a test that cannot promote (its
+        block is open) still stops the runs on a ``better`` reading, and the look that brackets the
+        boot reuses them (it tests at the share of the next look that can promote: ``State.looks``
+        counts those only)."""
         runs = self.camp.measure.runs
         if p.kind == "joint" or not self._comparable():
             return None

@@ -15,7 +15,7 @@ from arms.shape import Shape
 from arms import values
 from tuner.night.records import ArmEnd, ArmStart, CampaignEnd, CampaignStart, Compare, Guard, IncumbentMove, Record, Told, decode
 from arms.verdict import Verdict, failure_class
-from tuner.night.verdict import NoiseBand, Score
+from tuner.night.verdict import NoiseBand, Score, can_promote
 
 log = logging.getLogger("tuner.state")
 
@@ -78,6 +78,7 @@ class State:
     incumbent_key: str | None = None
     shapes: dict[str, Shape] = field(default_factory=dict)   # key -> the real shape, where known
     comparisons: list[dict] = field(default_factory=list)   # "compare" records: a challenger vs the incumbent
+    closed_tests: list[dict] = field(default_factory=list)  # closed-blocks tests that moved nothing (looks spent)
 
     # Indexes kept by ``apply_record`` as arms end, so that what the loop asks per arm costs
     # O(1) amortised rather than a pass over every finished arm (a 10,000-arm night was quadratic;
@@ -97,7 +98,7 @@ class State:
     _starts: dict = field(default_factory=dict, repr=False, compare=False)  # incumbent key -> its finished "start" arms
     _latest: dict = field(default_factory=dict, repr=False, compare=False)  # see latest_comparisons
     _box_n: dict = field(default_factory=dict, repr=False, compare=False)   # box -> its arms' n, sorted (``place``)
-    looks: int = 0                   # comparisons of a change (the promotion looks spent so far)
+    looks: int = 0                   # comparisons of a change that could promote (the looks spent so far)
 
     @property
     def ended(self) -> dict | None:
@@ -323,7 +324,8 @@ def from_scratch(st: State) -> dict:
             latest[(r.get("incumbent"), ch[0], values.text_of(ch[1]))] = {**r["comparison"], "arm": r.get("arm")}
     return {"next_n": max(st.arms, default=-1) + 1, "finished": [a.n for a in done], "band": band,
             "tried_here": here, "history": hist, "measurements": meas, "since_measure": since,
-            "looks": sum(1 for r in st.comparisons if r.get("change")), "failures": fails, "starts": starts,
+            "looks": sum(1 for r in st.comparisons + st.closed_tests
+                          if r.get("change") and can_promote(r.get("comparison") or {})), "failures": fails, "starts": starts,
             "latest": latest}
 
 
@@ -488,9 +490,14 @@ def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None =
         st.moves.append(_real_change(st, rec.raw))
     elif isinstance(rec, Compare):
         r = _real_change(st, rec.raw)
+        if r.get("kind") == "closed" and (r.get("comparison") or {}).get("verdict") != Verdict.BETTER:
+            st.closed_tests.append(r)        # a look spent (Judging._closed_move), no reading of the change
+            st.looks += can_promote(r.get("comparison") or {})
+            return
         st.comparisons.append(r)
         if r.get("change"):
-            st.looks += 1
+            if can_promote(r.get("comparison") or {}):
+                st.looks += 1                # a look that could promote spends its share (verdict.can_promote)
             ch = r["change"]
             st._latest[(r.get("incumbent"), ch[0], values.text_of(ch[1]))] = {**r["comparison"], "arm": r.get("arm")}
     elif isinstance(rec, Guard):

@@ -223,6 +223,14 @@ def by_constraint(end: dict | None) -> bool:
         or "meets the constraints" in str(end.get("reason", ""))
 
 
+def can_promote(comparison: dict) -> bool:
+    """Whether a comparison could move the incumbent had it read ``better``: it rests on two boots of
+    the challenger or more, every one bracketed by incumbent boots. Facts of when the boots ran, never
+    of what they read: only these comparisons are promotion looks the night's error rate is spent on
+    (``State.looks``; a look that cannot promote risks no false promotion)."""
+    return (comparison.get("boots") or [0])[0] >= 2 and not comparison.get("open")
+
+
 def promotes(kind: str, end: dict | None, comparison: dict | None) -> bool:
     """The promotion rule: does this arm move the incumbent to its shape?
 
@@ -235,7 +243,7 @@ def promotes(kind: str, end: dict | None, comparison: dict | None) -> bool:
       memory arithmetic exactly.
     """
     if comparison is not None:
-        return comparison["verdict"] == Verdict.BETTER and comparison["boots"][0] >= 2 and not comparison.get("open")
+        return comparison["verdict"] == Verdict.BETTER and can_promote(comparison)
     return (kind == "confirm" and (end or {}).get("verdict") == Verdict.BETTER) or (kind == "probe" and by_constraint(end))
 
 
