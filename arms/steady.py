@@ -88,6 +88,8 @@ class Steady:
     warmup: dict = field(default_factory=dict)     # depth -> leading valid runs left out as warm-up
     unstable: str | None = None                    # why the boot never settled, None: it did
     trend: float | None = None                     # relative change of the rate across the boot's runs
+    runs: dict = field(default_factory=dict, compare=False, repr=False)   # depth -> its undisturbed log rates,
+                                                   # in request order, warm-up included (what the trims kept)
 
     def to_dict(self) -> dict:
         d: dict = {"warmup": dict(self.warmup)}
@@ -117,7 +119,7 @@ def steady(measurement: dict | None) -> Steady:
     for d, _, x in seq:
         by_depth.setdefault(d, []).append(x)
     if len(seq) < 4:
-        return Steady()
+        return Steady(runs=by_depth)
     med = {d: statistics.median(xs[len(xs) // 2:]) for d, xs in by_depth.items()}   # its later runs: the level
     dev = [x - med[d] for d, _, x in seq]
     sigma = max(1.4826 * statistics.median(abs(v) for v in dev), MIN_SIGMA)
@@ -136,11 +138,11 @@ def steady(measurement: dict | None) -> Steady:
     trend, se = _trend(seq if full else kept)
     if capped:
         return Steady(warm, f"still warming after {sum(warm.values())} run(s): every leading run below the boot's "
-                            f"level by more than {WARM_NEXT_Z:g} sigma", trend)
+                            f"level by more than {WARM_NEXT_Z:g} sigma", trend, by_depth)
     if trend is not None and se is not None and abs(trend) > UNSTABLE_MOVE and abs(trend) > UNSTABLE_T * se:
         return Steady(warm, f"the rate moved {trend:+.1%} across its runs ({abs(trend) / se:.1f} standard errors): "
-                            "it never settled", trend)
-    return Steady(warm, None, trend)
+                            "it never settled", trend, by_depth)
+    return Steady(warm, None, trend, by_depth)
 
 
 def _trend(seq: list[tuple[str, int, float]]) -> tuple[float | None, float | None]:

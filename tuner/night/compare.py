@@ -52,7 +52,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
-from arms.steady import DISTURBED, run_scale, steady, undisturbed, valid_logs  # noqa: F401 - undisturbed: compare's name too
+from arms.steady import steady, valid_logs
 
 _N = NormalDist()
 ERROR_RATE = 0.01          # noise.error_rate's default: the chance a night promotes anything not truly better
@@ -88,13 +88,12 @@ def _split_runs(measurement: dict | None, depth: int | None) -> tuple[dict[str, 
     if settled.unstable:
         return out, 0, 0                  # a boot that never settled: no evidence of a steady rate
     logs = valid_logs(measurement)
-    scale = run_scale(list(logs.values()))         # the boot's own spread, over all its depths (as arms.steady)
     for d, r in ((measurement or {}).get("depths") or {}).items():
         if depth is not None and int(d) != depth:
             continue
         xs = logs[str(d)]
         contended += sum(1 for x in r.get("runs") or [] if x.get("valid") and x.get("decode_tok_s")) - len(xs)
-        kept = undisturbed(xs, scale)
+        kept = settled.runs.get(str(d), [])             # what arms.steady's trims kept (``undisturbed``)
         dropped += len(xs) - len(kept)
         kept = kept[settled.warmup.get(str(d), 0):]      # arms.steady counts them among the undisturbed
         if kept:

@@ -101,15 +101,15 @@ class Judging:
         if cmp is None or cmp.get("verdict") != "better" or not cmp.get("open") or getattr(self, "box", None) is None:
             return None
         new, look = self._compare(st, arm.shape, extra, arm=arm.n, closed_only=True)
-        if new is None or not can_promote(new.to_dict()):
+        test = new.to_dict() if new is not None else None
+        if test is None or not can_promote(test):
             return None
         left = [b["boot"] for b in cmp.get("blocks") or [] if not b.get("closed")]
         self.journal.append("compare", arm=arm.n, incumbent=st.incumbent.key(), look=look, kind="closed",
-                            change=[arm.change[0], values.encode(arm.change[1])], comparison=new.to_dict(),
-                            left_out=left)
+                            change=[arm.change[0], values.encode(arm.change[1])], comparison=test, left_out=left)
         log.info("[arm %s CLOSED] %s -> %s: %s on its closed blocks (boot(s) %s still open left out)", arm.n,
                  arm.change[0], values.text(arm.change[1]), new.verdict, ", ".join(map(str, left)))
-        return new.to_dict() if promotes(arm.kind, None, new.to_dict()) else None
+        return test if promotes(arm.kind, None, test) else None
 
     def _settled_wins(self, st: State) -> State:
         """Promote the wins at the incumbent whose move is not journaled: a confirmed or bracketed

@@ -490,14 +490,14 @@ def apply_record(st: State, r, levers: dict | None = None, shapes: dict | None =
         st.moves.append(_real_change(st, rec.raw))
     elif isinstance(rec, Compare):
         r = _real_change(st, rec.raw)
-        if r.get("kind") == "closed" and (r.get("comparison") or {}).get("verdict") != Verdict.BETTER:
+        c = r.get("comparison") or {}
+        if r.get("change") and can_promote(c):
+            st.looks += 1                    # a look that could promote spends its share (verdict.can_promote)
+        if r.get("kind") == "closed" and c.get("verdict") != Verdict.BETTER:
             st.closed_tests.append(r)        # a look spent (Judging._closed_move), no reading of the change
-            st.looks += can_promote(r.get("comparison") or {})
             return
         st.comparisons.append(r)
         if r.get("change"):
-            if can_promote(r.get("comparison") or {}):
-                st.looks += 1                # a look that could promote spends its share (verdict.can_promote)
             ch = r["change"]
             st._latest[(r.get("incumbent"), ch[0], values.text_of(ch[1]))] = {**r["comparison"], "arm": r.get("arm")}
     elif isinstance(rec, Guard):
